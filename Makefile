@@ -1,0 +1,29 @@
+# The two commands of the README: `make demo` (the main job) and `make test` (the test suite).
+# Both create .venv and install the project on first use. torch is pinned to the CPU build through
+# constraints-cpu.txt so that no resolver ever pulls CUDA wheels on a CPU machine.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints-cpu.txt setup.cfg
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --constraint constraints-cpu.txt torch
+	$(BIN)/python -m pip install --quiet --constraint constraints-cpu.txt --editable '.[dev]'
+	touch $(STAMP)
+
+# pytest exits 5 when it collected no test: that is a broken suite here, not a pass.
+test: $(STAMP)
+	$(BIN)/python -m pytest; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$status
+
+demo: $(STAMP)
+	$(BIN)/sweep components
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,59 @@
+"""Off-policy modes: how generation and training are interleaved, and how stale data may be.
+
+A mode is a schedule description the training loop executes. Staleness of a token is counted in
+trainer steps: the trainer's policy version minus the version of the weights that sampled it.
+"""
+
+from __future__ import annotations
+
+from components.registry import Registry, require
+
+
+class OffPolicyMode:
+    """Base of the `off_policy` axis."""
+
+    k: int
+    # True: generators and trainer run concurrently (the loop must host both roles).
+    asynchronous: bool = False
+
+    @property
+    def max_staleness(self) -> int:
+        raise NotImplementedError
+
+
+OFF_POLICY_MODES: Registry[OffPolicyMode] = Registry("off_policy", OffPolicyMode)
+
+
+@OFF_POLICY_MODES.register("pipeline_rl")
+class PipelineRlMode(OffPolicyMode):
+    """Generators never stop; new weights reach them after every trainer step, mid-sequence (PipelineRL-k).
+
+    The trainer waits whenever a batch would contain a token sampled more than k versions before its
+    own: staleness <= k. ScaleRL uses k = 8.
+    """
+
+    asynchronous = True
+
+    def __init__(self, k: int = 8) -> None:
+        require(k >= 1, "k", k, ">= 1 trainer steps of allowed lag")
+        self.k = k
+
+    @property
+    def max_staleness(self) -> int:
+        return self.k
+
+
+@OFF_POLICY_MODES.register("ppo_off_policy")
+class PpoOffPolicyMode(OffPolicyMode):
+    """Generate k minibatches with frozen weights, then take k optimizer steps on them; repeat.
+
+    The j-th step (j = 0..k-1) trains on data j versions old: staleness <= k - 1; k = 1 is on-policy.
+    """
+
+    def __init__(self, k: int = 8) -> None:
+        require(k >= 1, "k", k, ">= 1 minibatches per generation round")
+        self.k = k
+
+    @property
+    def max_staleness(self) -> int:
+        return self.k - 1

@@ -1,0 +1,1 @@
+"""The ScaleRL recipe: its typed config, the base recipe value, and the RL training run."""

@@ -1,0 +1,192 @@
+"""The typed recipe config: one frozen dataclass, loaded from layers of YAML and key=value overrides.
+
+Loading order: the ScaleRL base recipe, then a YAML file, then overrides. Each layer is merged and
+checked strictly before the next: unknown keys, unknown component names, wrong types (no coercion:
+"3" is not an int) and out-of-range component parameters fail with one message naming the full key
+path, the bad value and what was expected. An axis (loss, aggregation, ...) merges by name: a layer
+that names a different component replaces the spec with that component's defaults, a layer that only
+sets parameters (`loss: {eps_max: 5}` or `loss.eps_max=5`) tunes the current one.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Dict
+
+from omegaconf import OmegaConf
+
+from components import REGISTRIES
+from components.registry import ConfigError, check_value_type, describe_value
+from recipe.run_config import (
+    CheckpointConfig,
+    EvalConfig,
+    ModelConfig,
+    OptimizerConfig,
+    RolloutConfig,
+    TaskConfig,
+    TrackingConfig,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeConfig:
+    """Everything a training run depends on. Axis fields hold a component spec {"name": ..., **params}."""
+
+    loss: Dict[str, Any]
+    aggregation: Dict[str, Any]
+    advantage_norm: Dict[str, Any]
+    batch_filter: Dict[str, Any]
+    curriculum: Dict[str, Any]
+    length_control: Dict[str, Any]
+    off_policy: Dict[str, Any]
+    precision: Dict[str, Any]
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
+    seed: int = 0
+    max_steps: int = 400
+
+
+AXES = tuple(REGISTRIES)
+# Sections that do not change what a run computes, so they stay out of its id.
+NOT_IN_RUN_ID = ("tracking",)
+
+
+def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
+    """Merge one layer's value for an axis into the current spec and return the checked spec."""
+    registry = REGISTRIES[path]
+    if isinstance(value, str):
+        spec: dict[str, Any] = {"name": value}
+    elif isinstance(value, Mapping):
+        same_component = current is not None and value.get("name", current["name"]) == current["name"]
+        spec = {**current, **value} if same_component else dict(value)
+    else:
+        raise ConfigError(
+            f"{path}: got {describe_value(value)}, expected a component name ({', '.join(registry.names())}) "
+            "or a mapping like {name: ..., param: value}"
+        )
+    return registry.check(spec, path)
+
+
+def merge_layer(current: dict[str, Any], layer: Mapping[str, Any], path: str = "") -> dict[str, Any]:
+    """Recursively merge `layer` into a copy of `current` (axes merge by component name)."""
+    merged = copy.deepcopy(current)
+    for key, value in layer.items():
+        key_path = f"{path}{key}"
+        if not path and key in AXES:
+            merged[key] = merge_component(current.get(key), value, key_path)
+        elif isinstance(value, Mapping) and isinstance(current.get(key), Mapping):
+            merged[key] = merge_layer(current[key], value, f"{key_path}.")
+        else:
+            merged[key] = value
+    return merged
+
+
+def check_section(data: Any, schema: type, path: str) -> None:
+    """Strictly check a plain dict against a config dataclass: keys, required fields and types."""
+    fields = {field.name: field for field in dataclasses.fields(schema)}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{path or 'recipe'}: got {describe_value(data)}, expected a mapping with keys: {', '.join(fields)}"
+        )
+    prefix = f"{path}." if path else ""
+    for key in data:
+        if key not in fields:
+            raise ConfigError(f"{prefix}{key}: unknown key; valid keys here: {', '.join(fields)}")
+    hints = typing.get_type_hints(schema)
+    for name, field in fields.items():
+        if name not in data:
+            required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
+            if required:
+                raise ConfigError(f"{prefix}{name}: missing; it has no default")
+            continue
+        if dataclasses.is_dataclass(hints[name]):
+            check_section(data[name], hints[name], f"{prefix}{name}")
+        elif not (not path and name in AXES):  # axes were checked by their registry when merged
+            check_value_type(data[name], hints[name], f"{prefix}{name}")
+
+
+def to_plain(layer: Any, source: str) -> dict[str, Any]:
+    """An OmegaConf/YAML layer -> a plain dict with interpolations resolved."""
+    if layer is None:
+        return {}
+    container = OmegaConf.to_container(layer, resolve=True) if OmegaConf.is_config(layer) else layer
+    if not isinstance(container, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {describe_value(container)}")
+    return container
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such recipe file")
+    try:
+        return to_plain(OmegaConf.load(path), str(path))
+    except ConfigError:
+        raise
+    except Exception as error:  # yaml.YAMLError and OmegaConf's own errors: report where and why
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+
+
+def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
+    """["loss=dapo", "optimizer.lr=3e-4"] -> a nested dict; values parse as YAML scalars."""
+    for override in overrides:
+        if "=" not in override or override.startswith("="):
+            raise ConfigError(f"override {override!r}: expected key=value, e.g. optimizer.lr=3e-4 or loss=dapo")
+    try:
+        return to_plain(OmegaConf.from_dotlist(list(overrides)), "overrides")
+    except Exception as error:
+        raise ConfigError(f"overrides {list(overrides)}: {error}") from None
+
+
+def apply_layer(base: Mapping[str, Any], layer: Mapping[str, Any], source: str) -> dict[str, Any]:
+    try:
+        merged = merge_layer(dict(base), layer)
+        check_section(merged, RecipeConfig, "")
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    return merged
+
+
+def from_dict(data: Mapping[str, Any]) -> RecipeConfig:
+    """A checked plain dict -> the frozen RecipeConfig (through OmegaConf's structured config)."""
+    structured = OmegaConf.merge(OmegaConf.structured(RecipeConfig), data)
+    return OmegaConf.to_object(structured)
+
+
+def to_dict(config: RecipeConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def load_recipe(source: str | Path | None = None, overrides: Sequence[str] = ()) -> RecipeConfig:
+    """ScaleRL base <- YAML file `source` (None: the base alone) <- `overrides`, checked at each step."""
+    from recipe.scalerl import SCALERL
+
+    data = to_dict(SCALERL)
+    if source is not None:
+        data = apply_layer(data, read_yaml(source), str(source))
+    if overrides:
+        data = apply_layer(data, parse_overrides(overrides), "overrides")
+    return from_dict(data)
+
+
+def resolved_yaml(config: RecipeConfig) -> str:
+    """The fully resolved config as YAML: every component parameter and default stated."""
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def run_id(config: RecipeConfig) -> str:
+    """12 hex digits of sha256 over the resolved config (minus tracking): same config, same id."""
+    data = {key: value for key, value in to_dict(config).items() if key not in NOT_IN_RUN_ID}
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]

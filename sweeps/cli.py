@@ -1,0 +1,60 @@
+"""The `sweep` command line: one subcommand per module, imported only when that command runs.
+
+Every subcommand module exposes `add_arguments(parser)` and `run(args) -> int`. Only the chosen
+module is imported, so `sweep components`, `sweep plan` or `sweep fit` never pay for torch or mlflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "components": ("sweeps.components_command", "list every recipe axis, its components, parameters and formula"),
+    "fit": ("sweeps.fit_command", "fit sigmoid compute-performance curves to a CSV and score the extrapolation"),
+    "train": ("sweeps.train_command", "run one RL training job from a recipe YAML (resumes if its run directory exists)"),
+}
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2, no traceback."""
+
+
+def print_overview(stream=None) -> None:
+    stream = stream or sys.stdout
+    print("usage: sweep COMMAND [ARGS ...]   (sweep COMMAND --help for its arguments)\n", file=stream)
+    print("Leave-one-out RL recipe ablations with sigmoid compute-performance fits (ScaleRL).\n", file=stream)
+    print("commands:", file=stream)
+    width = max(len(name) for name in COMMANDS)
+    for name, (_, help_text) in COMMANDS.items():
+        print(f"  {name.ljust(width)}  {help_text}", file=stream)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print_overview()
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"sweep: unknown command {command!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module_name, help_text = COMMANDS[command]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"sweep {command}", description=help_text)
+    module.add_arguments(parser)
+    args = parser.parse_args(rest)
+    # Config and input errors are the user's to fix: one clear line, no traceback.
+    from components.registry import ConfigError
+
+    try:
+        return int(module.run(args))
+    except (UsageError, ConfigError) as error:
+        print(f"sweep {command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

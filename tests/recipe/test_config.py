@@ -1,0 +1,102 @@
+"""Recipe config: the ScaleRL base value and YAML agree, loading is strict, ids are stable."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from components import REGISTRIES
+from components.registry import ConfigError
+from recipe.config import RecipeConfig, check_section, load_recipe, resolved_yaml, run_id, to_dict
+from recipe.scalerl import SCALERL
+
+RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipe"
+
+
+def write(tmp_path, text):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_scalerl_yaml_is_the_scalerl_value():
+    assert load_recipe(RECIPE_DIR / "scalerl.yaml") == SCALERL
+    assert load_recipe() == SCALERL
+
+
+def test_the_base_value_is_fully_resolved_and_valid():
+    check_section(to_dict(SCALERL), RecipeConfig, "")
+    for axis, registry in REGISTRIES.items():
+        spec = getattr(SCALERL, axis)
+        assert registry.check(spec, axis) == spec, f"{axis} is missing a default in SCALERL"
+
+
+def test_scalerl_axis_choices_are_the_papers():
+    assert SCALERL.loss == {"name": "cispo", "eps_max": 4.0}
+    assert SCALERL.aggregation["name"] == "prompt_mean"
+    assert SCALERL.advantage_norm["name"] == "batch"
+    assert SCALERL.batch_filter["name"] == "zero_variance"
+    assert SCALERL.curriculum == {"name": "no_positive_resampling", "threshold": 0.9}
+    assert SCALERL.length_control["name"] == "interruption"
+    assert SCALERL.precision == {"name": "lm_head", "fp32_head": True}
+
+
+def test_switching_a_component_takes_its_defaults_and_tuning_keeps_it(tmp_path):
+    recipe = load_recipe(write(tmp_path, "loss: dapo\n"))
+    assert recipe.loss == {"name": "dapo", "eps_low": 0.2, "eps_high": 0.26}
+    assert load_recipe(overrides=["loss.eps_max=5"]).loss == {"name": "cispo", "eps_max": 5}
+    assert load_recipe(overrides=["precision.fp32_head=false"]).precision == {"name": "lm_head", "fp32_head": False}
+    both = load_recipe(write(tmp_path, "loss: {name: dapo, eps_high: 0.28}\noptimizer: {lr: 3.0e-4}\n"),
+                       overrides=["optimizer.warmup_steps=5"])
+    assert both.loss["eps_high"] == 0.28 and both.optimizer.lr == 3e-4 and both.optimizer.warmup_steps == 5
+    assert both.optimizer.weight_decay == SCALERL.optimizer.weight_decay
+
+
+@pytest.mark.parametrize("text, message", [
+    ("loss: cispoo\n", r"recipe\.yaml: loss: unknown loss 'cispoo'; valid choices: cispo, dapo, grpo, gspo"),
+    ("loss: {name: dapo, eps_max: 4}\n", r"loss\.eps_max: unknown parameter of loss 'dapo'; its parameters: eps_low, eps_high"),
+    ("optimizer: {lrr: 0.1}\n", r"optimizer\.lrr: unknown key; valid keys here: lr, warmup_steps"),
+    ("optimiser: {lr: 0.1}\n", r"optimiser: unknown key; valid keys here: loss, aggregation"),
+    ("optimizer: {lr: fast}\n", r"optimizer\.lr: got 'fast' \(str\), expected float"),
+    ("rollout: {samples_per_prompt: 8.5}\n", r"rollout\.samples_per_prompt: got 8\.5 \(float\), expected int"),
+    ("rollout: {samples_per_prompt: '8'}\n", r"rollout\.samples_per_prompt: got '8' \(str\), expected int"),
+    ("precision: {fp32_head: 'no'}\n", r"precision\.fp32_head: got 'no' \(str\), expected bool"),
+    ("loss: {eps_max: -1}\n", r"loss\.eps_max: got -1, expected > 0"),
+    ("optimizer: 3\n", r"optimizer: got 3 \(int\), expected a mapping"),
+    ("loss: [cispo]\n", r"loss: got \['cispo'\] \(list\), expected a component name"),
+    ("loss: {name: [\n", r"not valid YAML"),
+])
+def test_bad_recipes_fail_with_one_message_naming_path_value_and_expectation(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_recipe(write(tmp_path, text))
+
+
+def test_bad_overrides_fail_clearly():
+    with pytest.raises(ConfigError, match=r"override 'loss': expected key=value"):
+        load_recipe(overrides=["loss"])
+    with pytest.raises(ConfigError, match=r"overrides: off_policy\.k: got 0, expected >= 1"):
+        load_recipe(overrides=["off_policy.k=0"])
+
+
+def test_missing_file_fails_clearly(tmp_path):
+    with pytest.raises(ConfigError, match="no such recipe file"):
+        load_recipe(tmp_path / "absent.yaml")
+
+
+def test_resolved_yaml_round_trips_to_the_same_config_and_id(tmp_path):
+    recipe = load_recipe(overrides=["loss=gspo", "seed=3"])
+    reloaded = load_recipe(write(tmp_path, resolved_yaml(recipe)))
+    assert reloaded == recipe and run_id(reloaded) == run_id(recipe)
+
+
+def test_run_id_depends_on_what_is_computed_only():
+    base = run_id(SCALERL)
+    assert base == run_id(load_recipe()) and len(base) == 12
+    assert run_id(load_recipe(overrides=["seed=1"])) != base
+    assert run_id(load_recipe(overrides=["loss.eps_max=5"])) != base
+    assert run_id(load_recipe(overrides=["tracking.experiment=elsewhere"])) == base
+
+
+def test_config_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SCALERL.seed = 1  # type: ignore[misc]
