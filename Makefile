@@ -10,11 +10,14 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
+# pip's chatter goes to .venv/install.log; on failure its tail is shown.
 $(STAMP): pyproject.toml constraints-cpu.txt setup.cfg
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --constraint constraints-cpu.txt torch
-	$(BIN)/python -m pip install --quiet --constraint constraints-cpu.txt --editable '.[dev]'
-	touch $(STAMP)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing into $(VENV) (first run only: a few minutes; log in $(VENV)/install.log)"
+	@($(BIN)/python -m pip install --constraint constraints-cpu.txt torch && \
+	  $(BIN)/python -m pip install --constraint constraints-cpu.txt --editable '.[dev]') \
+	  > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log; exit 1; }
+	@touch $(STAMP)
 
 # pytest exits 5 when it collected no test: that is a broken suite here, not a pass.
 test: $(STAMP)
