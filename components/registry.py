@@ -43,7 +43,7 @@ def check_value_type(value: Any, annotation: Any, path: str) -> None:
     """Raise ConfigError unless `value` has the annotated type. No coercion: "3" is not an int.
 
     Accepted annotations: bool, int, float (an int is accepted for a float), str, Optional[X],
-    Literal[...] and tuple[X, ...]. bool is never accepted for int/float, nor int for bool.
+    Literal[...], tuple[X, ...] and Dict[str, Any] (any mapping, checked by its user). bool is never accepted for int/float, nor int for bool.
     """
     origin = typing.get_origin(annotation)
     if origin is typing.Union:
@@ -74,6 +74,10 @@ def check_value_type(value: Any, annotation: Any, path: str) -> None:
         for index, item in enumerate(value):
             check_value_type(item, item_type, f"{path}[{index}]")
         return
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{path}: got {describe_value(value)}, expected a mapping")
+        return
     if annotation is Any:
         return
     if annotation is bool:
@@ -96,6 +100,8 @@ def type_name(annotation: Any) -> str:
         return " or ".join(type_name(option) for option in typing.get_args(annotation))
     if origin is typing.Literal:
         return "one of " + str(list(typing.get_args(annotation)))
+    if origin is dict:
+        return "a mapping"
     if origin is tuple:
         return f"a list of {type_name(typing.get_args(annotation)[0])}"
     if annotation is type(None):

@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 import json
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Dict
 
@@ -92,8 +92,11 @@ def merge_layer(current: dict[str, Any], layer: Mapping[str, Any], path: str = "
     return merged
 
 
-def check_section(data: Any, schema: type, path: str) -> None:
-    """Strictly check a plain dict against a config dataclass: keys, required fields and types."""
+def check_section(data: Any, schema: type, path: str, checked: Collection[str] = ()) -> None:
+    """Strictly check a plain dict against a config dataclass: keys, required fields and types.
+
+    `checked` names top-level fields already validated elsewhere (the axes, by their registries).
+    """
     fields = {field.name: field for field in dataclasses.fields(schema)}
     if not isinstance(data, Mapping):
         raise ConfigError(
@@ -112,7 +115,7 @@ def check_section(data: Any, schema: type, path: str) -> None:
             continue
         if dataclasses.is_dataclass(hints[name]):
             check_section(data[name], hints[name], f"{prefix}{name}")
-        elif not (not path and name in AXES):  # axes were checked by their registry when merged
+        elif name not in checked:
             check_value_type(data[name], hints[name], f"{prefix}{name}")
 
 
@@ -152,7 +155,7 @@ def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
 def apply_layer(base: Mapping[str, Any], layer: Mapping[str, Any], source: str) -> dict[str, Any]:
     try:
         merged = merge_layer(dict(base), layer)
-        check_section(merged, RecipeConfig, "")
+        check_section(merged, RecipeConfig, "", checked=AXES)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     return merged
@@ -168,16 +171,24 @@ def to_dict(config: RecipeConfig) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def load_recipe(source: str | Path | None = None, overrides: Sequence[str] = ()) -> RecipeConfig:
-    """ScaleRL base <- YAML file `source` (None: the base alone) <- `overrides`, checked at each step."""
+def compose_recipe(source: str | Path | None, layers: Sequence[tuple[str, Mapping[str, Any]]]) -> RecipeConfig:
+    """ScaleRL base <- YAML file `source` (None: the base alone) <- each (name, dict) layer in order.
+
+    Every layer is checked as it is applied; errors are prefixed with the layer's name.
+    """
     from recipe.scalerl import SCALERL
 
     data = to_dict(SCALERL)
     if source is not None:
         data = apply_layer(data, read_yaml(source), str(source))
-    if overrides:
-        data = apply_layer(data, parse_overrides(overrides), "overrides")
+    for name, layer in layers:
+        data = apply_layer(data, layer, name)
     return from_dict(data)
+
+
+def load_recipe(source: str | Path | None = None, overrides: Sequence[str] = ()) -> RecipeConfig:
+    """ScaleRL base <- YAML file `source` (None: the base alone) <- key=value `overrides`."""
+    return compose_recipe(source, [("overrides", parse_overrides(overrides))] if overrides else [])
 
 
 def resolved_yaml(config: RecipeConfig) -> str:

@@ -14,6 +14,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "components": ("sweeps.components_command", "list every recipe axis, its components, parameters and formula"),
     "fit": ("sweeps.fit_command", "fit sigmoid compute-performance curves to a CSV and score the extrapolation"),
+    "plan": ("sweeps.plan_command", "print the jobs a sweep spec expands to (id, axis, choice, seed, resources)"),
     "train": ("sweeps.train_command", "run one RL training job from a recipe YAML (resumes if its run directory exists)"),
 }
 

@@ -25,7 +25,7 @@ def test_scalerl_yaml_is_the_scalerl_value():
 
 
 def test_the_base_value_is_fully_resolved_and_valid():
-    check_section(to_dict(SCALERL), RecipeConfig, "")
+    check_section(to_dict(SCALERL), RecipeConfig, "", checked=REGISTRIES)
     for axis, registry in REGISTRIES.items():
         spec = getattr(SCALERL, axis)
         assert registry.check(spec, axis) == spec, f"{axis} is missing a default in SCALERL"

@@ -1,0 +1,133 @@
+"""The LOO planner: a sweep spec -> the list of jobs, each a fully resolved recipe. Torch-free.
+
+Jobs are base x seeds plus, for every axis alternative, variant x seeds; a variant differs from the
+base of the same seed on exactly that axis. A job's id is its recipe's run id (a hash of the resolved
+config), so planning the same spec twice gives the same ids and the same directories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from components.registry import ConfigError
+from recipe.config import RecipeConfig, compose_recipe, run_id, to_dict
+from sweeps.spec import SweepSpec, base_source, output_dir
+
+BASE = "base"
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    run_id: str
+    axis: str  # "base" or the axis this variant changes
+    choice: str  # a readable label of the alternative ("dapo", "fp32_head=false", ...)
+    seed: int
+    recipe: RecipeConfig
+    run_dir: Path
+
+    @property
+    def variant(self) -> str:
+        """The variant's name across seeds: "base" or "<axis>=<choice>"."""
+        return BASE if self.axis == BASE else f"{self.axis}={self.choice}"
+
+
+def choice_label(value: Any) -> str:
+    """loss: dapo -> "dapo"; {name: pipeline_rl, k: 4} -> "pipeline_rl(k=4)"; {fp32_head: false} -> "fp32_head=false"."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        params = ", ".join(f"{key}={format_value(item)}" for key, item in value.items() if key != "name")
+        if "name" in value:
+            return f"{value['name']}({params})" if params else str(value["name"])
+        return params
+    return repr(value)
+
+
+def format_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def alternatives(axis: str, value: Any) -> list[Any]:
+    """An axis entry is one alternative or a list of them."""
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def differing_paths(first: RecipeConfig, second: RecipeConfig) -> list[str]:
+    """Field paths (e.g. "loss.name", "precision.fp32_head") whose values differ."""
+    a, b = flatten(to_dict(first)), flatten(to_dict(second))
+    return sorted(path for path in set(a) | set(b) if a.get(path, object()) != b.get(path, object()))
+
+
+def plan_sweep(spec: SweepSpec) -> list[Job]:
+    """Every job of the sweep, base first, in a stable order (axes in spec order, then seeds)."""
+    source = base_source(spec)
+    runs_dir = output_dir(spec) / "runs"
+    common = [("overrides", spec.overrides)] if spec.overrides else []
+
+    def job(axis: str, label: str, seed: int, layers: list) -> Job:
+        recipe = compose_recipe(source, common + layers + [("seed", {"seed": seed})])
+        identifier = run_id(recipe)
+        return Job(identifier, axis, label, seed, recipe, runs_dir / identifier)
+
+    jobs = [job(BASE, BASE, seed, []) for seed in spec.seeds]
+    base_recipe = jobs[0].recipe
+    seen: dict[str, str] = {}
+    for axis, entry in spec.axes.items():
+        for value in alternatives(axis, entry):
+            label = choice_label(value)
+            path = f"axes.{axis}"
+            variant = compose_recipe(source, common + [(path, {axis: value})])
+            if getattr(variant, axis) == getattr(base_recipe, axis):
+                raise ConfigError(
+                    f"{path}: {label!r} resolves to the base's own choice {getattr(base_recipe, axis)}; "
+                    "a LOO variant must change the axis (remove it or pick another alternative)"
+                )
+            resolved = repr(getattr(variant, axis))
+            if resolved in seen:
+                raise ConfigError(f"{path}: {label!r} is the same variant as {seen[resolved]!r}; list it once")
+            seen[resolved] = label
+            jobs.extend(job(axis, label, seed, [(path, {axis: value})]) for seed in spec.seeds)
+    return jobs
+
+
+def resources(spec: SweepSpec) -> str:
+    """What one job asks for, in the executor's terms."""
+    executor = spec.executor
+    if executor.name == "slurm":
+        slurm = executor.slurm
+        gpus = f", {slurm.gpus_per_node} gpu" if slurm.gpus_per_node else ""
+        return f"{slurm.cpus_per_task} cpu{gpus}, {slurm.time_minutes} min"
+    if executor.name == "local":
+        cores = executor.local.cores_per_job
+        return f"{cores} core{'s' if cores > 1 else ''}"
+    return "in-process"
+
+
+def format_plan(spec: SweepSpec, jobs: list[Job]) -> str:
+    """The job table `sweep plan` prints."""
+    header = ("id", "axis", "choice", "seed", "resources")
+    rows = [(job.run_id, job.axis, job.choice, str(job.seed), resources(spec)) for job in jobs]
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
+    variants = len({job.variant for job in jobs})
+    budget = spec.budget
+    lines.append("")
+    lines.append(
+        f"{len(jobs)} jobs: {variants} variants x {len(spec.seeds)} seed(s); executor {spec.executor.name}; "
+        f"train to {budget.target:g} {budget.unit}, fit on [{budget.burn_in:g}, {budget.fit_at:g}]; "
+        f"output {output_dir(spec)}"
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,184 @@
+"""The sweep spec: a YAML file that says which runs to make, with what budget, where, and how.
+
+    name: scalerl-loo             # names the sweep, its MLflow experiment and output directory
+    base: scalerl                 # the built-in ScaleRL recipe, or a recipe YAML path
+    axes:                         # LOO: each alternative replaces the base's choice on one axis
+      loss: dapo                  #   a name, a {name: ..., param: ...} mapping, or a list of them
+      precision: {fp32_head: false}
+    seeds: [0]
+    overrides: {max_steps: 300}   # recipe keys applied to every job (base and variants)
+    budget: {unit: device_seconds, burn_in: 0, fit_at: 120, target: 240}
+    executor: {name: local, local: {max_parallel: 2, cores_per_job: 1}}
+    tracking: {mlflow_uri: null, experiment: null}
+    output_dir: runs/scalerl-loo
+
+Loading is strict like recipes: every problem fails before anything launches, naming the key path,
+the bad value and the fix. Torch-free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Dict, Literal, Optional, Tuple
+
+from omegaconf import OmegaConf
+
+from components.registry import ConfigError, describe_value
+from recipe.config import check_section, to_plain
+
+# Compute axes a run records at every evaluation point (recipe/compute accounting).
+COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens", "steps")
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetSpec:
+    # Runs train until `target` (in `unit`); curves are fit on [burn_in, fit_at] and scored at target.
+    unit: str = "device_seconds"
+    burn_in: float = 0.0
+    fit_at: Optional[float] = None
+    target: Optional[float] = None
+    # Half-width of the window around `target` whose evaluation points are averaged as "observed".
+    observed_window: float = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalExecutorSpec:
+    # Jobs run side by side as local processes, each pinned to `cores_per_job` threads:
+    # oversubscribed CPU jobs ran 4.8x slower on the testbed machine.
+    max_parallel: int = 2
+    cores_per_job: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class SlurmExecutorSpec:
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    gpus_per_node: int = 0
+    cpus_per_task: int = 8
+    mem_gb: Optional[int] = None
+    time_minutes: int = 240
+    array_parallelism: int = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutorSpec:
+    name: Literal["local", "slurm", "debug"] = "local"
+    local: LocalExecutorSpec = dataclasses.field(default_factory=LocalExecutorSpec)
+    slurm: SlurmExecutorSpec = dataclasses.field(default_factory=SlurmExecutorSpec)
+    # A failed job is retried by later `sweep run` calls until it has failed this many times.
+    max_attempts: int = 3
+    poll_seconds: float = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackingSpec:
+    # None: MLFLOW_TRACKING_URI if set, else sqlite:///<output_dir>/mlflow.db.
+    mlflow_uri: Optional[str] = None
+    # None: the sweep's name.
+    experiment: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    budget: BudgetSpec
+    base: str = "scalerl"
+    axes: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    seeds: Tuple[int, ...] = (0,)
+    overrides: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    executor: ExecutorSpec = dataclasses.field(default_factory=ExecutorSpec)
+    tracking: TrackingSpec = dataclasses.field(default_factory=TrackingSpec)
+    # None: runs/<name>. Relative paths are from the current directory.
+    output_dir: Optional[str] = None
+    # Where a relative `base` recipe path is resolved from (set to the spec file's folder).
+    root: str = "."
+
+
+def check_spec_values(spec: SweepSpec) -> None:
+    """Cross-field rules the types cannot say."""
+    from components import REGISTRIES
+
+    budget = spec.budget
+    if not spec.name or not spec.name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise ConfigError(f"name: got {spec.name!r}, expected letters, digits, '-', '_' or '.' (it names directories)")
+    if budget.unit not in COMPUTE_UNITS:
+        raise ConfigError(f"budget.unit: got {budget.unit!r}, expected one of {list(COMPUTE_UNITS)}")
+    for key in ("fit_at", "target"):
+        if getattr(budget, key) is None:
+            raise ConfigError(f"budget.{key}: missing; runs train to budget.target and are fit up to budget.fit_at")
+    if budget.burn_in < 0:
+        raise ConfigError(f"budget.burn_in: got {budget.burn_in}, expected >= 0")
+    if not budget.burn_in < budget.fit_at:
+        raise ConfigError(f"budget.fit_at: got {budget.fit_at}, expected > burn_in ({budget.burn_in})")
+    if not budget.fit_at < budget.target:
+        raise ConfigError(
+            f"budget.fit_at: got {budget.fit_at}, expected < target ({budget.target}): the fit must stop "
+            "before the point it predicts (the paper fits on half the target budget)"
+        )
+    if not 0 <= budget.observed_window < 1:
+        raise ConfigError(f"budget.observed_window: got {budget.observed_window}, expected a fraction in [0, 1)")
+    if not spec.seeds:
+        raise ConfigError("seeds: empty; give at least one seed, e.g. seeds: [0]")
+    if len(set(spec.seeds)) != len(spec.seeds):
+        raise ConfigError(f"seeds: {list(spec.seeds)} repeats a seed")
+    for axis in spec.axes:
+        if axis not in REGISTRIES:
+            raise ConfigError(f"axes.{axis}: unknown axis; valid axes: {', '.join(REGISTRIES)}")
+    executor = spec.executor
+    if executor.local.max_parallel < 1:
+        raise ConfigError(f"executor.local.max_parallel: got {executor.local.max_parallel}, expected >= 1")
+    if executor.local.cores_per_job < 1:
+        raise ConfigError(f"executor.local.cores_per_job: got {executor.local.cores_per_job}, expected >= 1")
+    if executor.max_attempts < 1:
+        raise ConfigError(f"executor.max_attempts: got {executor.max_attempts}, expected >= 1")
+    slurm = executor.slurm
+    for key in ("gpus_per_node", "cpus_per_task", "time_minutes", "array_parallelism"):
+        minimum = 0 if key == "gpus_per_node" else 1
+        if getattr(slurm, key) < minimum:
+            raise ConfigError(f"executor.slurm.{key}: got {getattr(slurm, key)}, expected >= {minimum}")
+
+
+def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> SweepSpec:
+    data = dict(data)
+    if "root" in data:
+        raise ConfigError(f"{source}: root: unknown key (it is set from the spec file's location)")
+    data["root"] = root
+    try:
+        check_section(data, SweepSpec, "")
+        spec: SweepSpec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepSpec), data))
+        spec = dataclasses.replace(spec, seeds=tuple(spec.seeds))
+        check_spec_values(spec)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None
+    return spec
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and check a sweep spec YAML (see the module docstring for the format)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such sweep spec")
+    try:
+        raw = OmegaConf.load(path)
+    except Exception as error:  # YAML syntax: name the file and the parser's position
+        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+    data = to_plain(raw, str(path))
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {describe_value(data)}")
+    return spec_from_dict(data, str(path), root=str(path.resolve().parent))
+
+
+def output_dir(spec: SweepSpec) -> Path:
+    """The sweep directory: `output_dir`, or runs/<name>; relative paths are from the current directory."""
+    return Path(spec.output_dir) if spec.output_dir is not None else Path("runs") / spec.name
+
+
+def base_source(spec: SweepSpec) -> Path | None:
+    """None for the built-in ScaleRL recipe, else the recipe YAML (relative to the spec file)."""
+    if spec.base == "scalerl":
+        return None
+    path = Path(spec.base)
+    return path if path.is_absolute() else Path(spec.root) / path

@@ -1,0 +1,88 @@
+"""The LOO planner: golden job list, one differing field per variant, stable ids, no torch."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.registry import ConfigError
+from sweeps.planner import BASE, differing_paths, plan_sweep
+from sweeps.spec import load_spec, spec_from_dict
+
+REPO = Path(__file__).resolve().parents[2]
+LOO = REPO / "sweeps" / "loo.yaml"
+
+# Golden: (axis, choice) of every job of the shipped LOO spec and the field paths it changes.
+GOLDEN_LOO = [
+    ("base", "base", []),
+    ("loss", "dapo", ["loss.eps_high", "loss.eps_low", "loss.eps_max", "loss.name"]),
+    ("aggregation", "sample_mean", ["aggregation.name"]),
+    ("advantage_norm", "prompt", ["advantage_norm.name"]),
+    ("batch_filter", "none", ["batch_filter.name"]),
+    ("curriculum", "uniform", ["curriculum.name", "curriculum.threshold"]),
+    ("length_control", "length_penalty(max_length=24, cache_length=8)",
+     ["length_control.answer_budget", "length_control.cache_length", "length_control.max_length",
+      "length_control.max_thinking", "length_control.min_thinking", "length_control.name", "length_control.phrase"]),
+    ("off_policy", "pipeline_rl(k=8)", ["off_policy.name"]),
+    ("precision", "fp32_head=false", ["precision.fp32_head"]),
+]
+
+
+def test_shipped_loo_plan_matches_the_golden_list_and_each_variant_changes_one_axis():
+    spec = load_spec(LOO)
+    jobs = plan_sweep(spec)
+    base = {job.seed: job for job in jobs if job.axis == BASE}
+    got = [(job.axis, job.choice, differing_paths(base[job.seed].recipe, job.recipe)) for job in jobs]
+    assert got == [entry for entry in GOLDEN_LOO for _ in spec.seeds]
+    for job in jobs:
+        # every differing path lies under exactly one top-level field: the job's axis
+        assert {path.split(".")[0] for path in differing_paths(base[job.seed].recipe, job.recipe)} <= {job.axis}
+
+
+def test_ids_are_stable_distinct_and_name_the_run_directory():
+    first, second = plan_sweep(load_spec(LOO)), plan_sweep(load_spec(LOO))
+    assert [job.run_id for job in first] == [job.run_id for job in second]
+    assert len({job.run_id for job in first}) == len(first)
+    assert all(job.run_dir.name == job.run_id for job in first)
+
+
+def spec(**changes):
+    data = {"name": "t", "budget": {"fit_at": 10, "target": 20}, "axes": {"loss": "dapo"}, "seeds": [0, 1]}
+    data.update(changes)
+    return spec_from_dict(data, "spec.yaml")
+
+
+def test_seeds_multiply_every_variant_and_overrides_reach_every_job():
+    jobs = plan_sweep(spec(overrides={"max_steps": 7}, axes={"loss": ["dapo", "gspo"]}))
+    assert [(job.variant, job.seed) for job in jobs] == [
+        ("base", 0), ("base", 1), ("loss=dapo", 0), ("loss=dapo", 1), ("loss=gspo", 0), ("loss=gspo", 1)]
+    assert {job.recipe.max_steps for job in jobs} == {7}
+    assert differing_paths(jobs[0].recipe, jobs[1].recipe) == ["seed"]
+
+
+def test_a_choice_equal_to_the_base_is_rejected():
+    with pytest.raises(ConfigError, match=r"axes\.loss: 'cispo' resolves to the base's own choice"):
+        plan_sweep(spec(axes={"loss": "cispo"}))
+    with pytest.raises(ConfigError, match=r"axes\.precision: 'fp32_head=true' resolves to the base's own"):
+        plan_sweep(spec(axes={"precision": {"fp32_head": True}}))
+
+
+def test_duplicate_alternatives_and_unknown_choices_are_rejected():
+    with pytest.raises(ConfigError, match=r"is the same variant as 'dapo'"):
+        plan_sweep(spec(axes={"loss": ["dapo", {"name": "dapo", "eps_low": 0.2}]}))
+    with pytest.raises(ConfigError, match=r"axes\.loss: loss: unknown loss 'dappo'; valid choices: cispo"):
+        plan_sweep(spec(axes={"loss": "dappo"}))
+
+
+def test_sweep_plan_prints_the_table_without_importing_torch():
+    code = ("import sys; from sweeps.cli import main; rc = main(['plan', %r]); "
+            "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)") % str(LOO)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["id", "axis", "choice", "seed", "resources"]
+    job_lines = [line for line in lines[1:] if re.fullmatch(r"[0-9a-f]{12}", line.split(" ")[0])]
+    assert [line.split()[1] for line in job_lines] == [axis for axis, _, _ in GOLDEN_LOO]
+    assert "9 jobs: 9 variants x 1 seed(s); executor local" in result.stdout
