@@ -1,0 +1,245 @@
+"""`sweep fit`: fit sigmoid curves to a CSV of (run, compute, pass_rate) rows and score the extrapolation.
+
+    sweep fit examples/curves.csv --fit-until 8000 --target 16000 --burn-in 1500
+
+Works on curves from any framework (verl, TRL, a wandb export): nothing here trains or imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+REQUIRED_COLUMNS = ("run", "compute", "pass_rate")
+OPTIONAL_COLUMNS = ("seed", "step")
+
+EPILOG = """\
+CSV columns: run, compute, pass_rate (one row per evaluation; pass_rate in [0, 1]); optional seed, step;
+other columns are ignored. Rows with an empty pass_rate are dropped and counted in the notes. Each
+(run, seed) curve is sorted by step when there is a step column, else by compute; compute must then
+increase strictly (duplicates mean mixed seeds: add a seed column).
+R0: fitted with --fit-r0; else --r0 for every curve; else each curve's own row at compute 0.
+Several seeds per run: each seed is fitted on its own (one row each) and a second table gives the
+spread across seeds (mean, sd, min, max of A, B, C_mid and the prediction at --target).
+Intervals: moving-block residual bootstrap (--n-boot draws; 0 skips it). Observed at target: mean of
+the points within target * (1 +- --observed-window). Exit status 1 when a curve could not be fitted.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("curves", metavar="CURVES.csv", help="CSV with columns run, compute, pass_rate [, seed, step]")
+    parser.add_argument("--fit-until", type=float, required=True, help="last compute inside the fit window")
+    parser.add_argument("--target", type=float, required=True, help="compute at which to predict and score")
+    parser.add_argument("--burn-in", type=float, default=0.0,
+                        help="first compute inside the fit window (paper: 1500 GPU-hours); default 0")
+    r0 = parser.add_mutually_exclusive_group()
+    r0.add_argument("--r0", type=float, help="pass rate at zero RL compute, used for every curve")
+    r0.add_argument("--fit-r0", action="store_true", help="fit R0 instead of taking it as given")
+    parser.add_argument("--method", choices=("default", "paper"), default="default",
+                        help="default: continuous C_mid, bounded B; paper: the paper's A x C_mid grid")
+    parser.add_argument("--paper-c-mid-range", type=float, nargs=2, metavar=("LO", "HI"),
+                        help="paper method: C_mid grid range (default the paper's 100 40000 GPU-hours)")
+    parser.add_argument("--paper-grid-from-data", action="store_true",
+                        help="paper method: derive the grid ranges from the data (C_mid: first/15..last*5, A: R0..1)")
+    parser.add_argument("--margin", type=float, default=0.02, help="allowed |predicted - observed| (default 0.02)")
+    parser.add_argument("--observed-window", type=float, default=0.03,
+                        help="relative half-width of the observed window around --target (default 0.03)")
+    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws for the intervals (0: none)")
+    parser.add_argument("--bootstrap-seed", type=int, default=0, help="random seed of the bootstrap (default 0)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+
+def _read_curves(path: str):
+    import pandas as pd
+
+    from sweeps.cli import UsageError
+
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {path}") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise UsageError(f"cannot read {path} as CSV: {error}") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise UsageError(
+            f"{path} is missing column(s) {', '.join(missing)}; found {', '.join(frame.columns) or 'none'}; "
+            f"required: {', '.join(REQUIRED_COLUMNS)}; optional: {', '.join(OPTIONAL_COLUMNS)}"
+        )
+    if frame.empty:
+        raise UsageError(f"{path} has a header but no rows")
+    for column in ("compute", "pass_rate") + (("step",) if "step" in frame.columns else ()):
+        numeric = pd.to_numeric(frame[column], errors="coerce")
+        bad = numeric.isna() & frame[column].notna()
+        if bad.any():
+            row = int(bad.idxmax())
+            raise UsageError(f"{path} line {row + 2}: column {column} has non-numeric value {frame[column][row]!r}")
+        frame[column] = numeric.astype(float)
+    if frame["run"].isna().any():
+        raise UsageError(f"{path} line {int(frame['run'].isna().idxmax()) + 2}: empty run name")
+    frame["run"] = frame["run"].astype(str)
+    frame["seed"] = frame["seed"].astype(str) if "seed" in frame.columns else "-"
+    return frame
+
+
+def _fit_curve(run: str, seed: str, rows, args) -> dict:
+    """Fit, bootstrap and score one (run, seed) curve; FitInputError becomes the record's fit_error."""
+    from fitting import FitInputError, bootstrap_fit, fit_sigmoid, score_extrapolation
+
+    record = {"run": run, "seed": seed, "notes": []}
+    empty = rows["pass_rate"].isna()
+    if empty.any():
+        record["notes"].append(f"dropped {int(empty.sum())} row(s) with an empty pass_rate")
+        rows = rows[~empty]
+    rows = rows.sort_values("step" if "step" in rows.columns else "compute", kind="stable")
+    compute, pass_rate = rows["compute"].to_numpy(), rows["pass_rate"].to_numpy()
+    options = {"burn_in": args.burn_in, "fit_until": args.fit_until, "method": args.method}
+    if args.fit_r0:
+        options["fit_r0"] = True
+    elif args.r0 is not None:
+        options["r0"] = args.r0
+    if args.method == "paper":
+        if args.paper_grid_from_data:
+            options.update(paper_c_mid_range=None, paper_a_range=None)
+        elif args.paper_c_mid_range:
+            options["paper_c_mid_range"] = tuple(args.paper_c_mid_range)
+    try:
+        fit = fit_sigmoid(compute, pass_rate, **options)
+        score = score_extrapolation(fit, compute, pass_rate, target=args.target, margin=args.margin,
+                                    observed_halfwidth=args.observed_window)
+        boot = bootstrap_fit(fit, n_boot=args.n_boot, target=args.target, seed=args.bootstrap_seed) if args.n_boot else None
+    except FitInputError as error:
+        record["fit_error"] = str(error)
+        return record
+    flags = list(score.flags) + [f for f in (boot.flags if boot else ()) if f not in score.flags]
+    record.update(
+        n_points=fit.n_points, window=list(fit.window), r0=fit.r0, r0_source=fit.r0_source,
+        a=fit.a, b=fit.b, c_mid=fit.c_mid,
+        a_ci=list(boot.a_ci) if boot else None, b_ci=list(boot.b_ci) if boot else None,
+        c_mid_ci=list(boot.c_mid_ci) if boot else None,
+        predicted=score.predicted, predicted_ci=list(boot.prediction_ci) if boot else None,
+        observed=score.observed, n_observed=score.n_observed, error=score.error,
+        within_margin=score.within_margin, flags=flags, fit=fit,
+    )
+    return record
+
+
+def _seed_spreads(records: list[dict], target: float) -> list[dict]:
+    from fitting import seed_spread
+
+    spreads = []
+    for run in dict.fromkeys(r["run"] for r in records):
+        fits = [r["fit"] for r in records if r["run"] == run and "fit" in r]
+        if len(fits) >= 2:
+            spread = seed_spread(fits, target=target)
+            spreads.append({"run": run, "n_seeds": spread.n_seeds, "mean": spread.mean, "std": spread.std,
+                            "min": spread.low, "max": spread.high})
+    return spreads
+
+
+def _sig3(value: float) -> str:
+    """Three significant figures without exponent notation for compute-sized numbers (2542 -> 2540)."""
+    if not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 100:
+        return f"{round(value, 2 - int(math.floor(math.log10(abs(value))))):.0f}"
+    return f"{value:.3g}"
+
+
+def _with_ci(value, ci, fmt) -> str:
+    return fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
+    from fitting import FLAG_MEANINGS
+
+    three, two = (lambda v: f"{v:.3f}"), (lambda v: f"{v:.2f}")
+    print(f"fit window [{args.burn_in:g}, {args.fit_until:g}], method {args.method}, "
+          f"{args.n_boot} bootstrap draws; observed = mean of points within {args.target:g} "
+          f"+-{100 * args.observed_window:g}%; margin {args.margin:g}")
+    header = ["run", "seed", "n", "R0", "A", "B", "C_mid", f"pred@{args.target:g}", "observed", "error", "ok", "flags"]
+    rows, notes, seen_flags = [], [], []
+    for r in records:
+        name = f"{r['run']}/{r['seed']}" if r["seed"] != "-" else r["run"]
+        notes += [f"{name}: {note}" for note in r["notes"]]
+        if "fit_error" in r:
+            rows.append([r["run"], r["seed"]] + ["-"] * 9 + ["not fitted (see notes)"])
+            notes.append(f"{name}: not fitted: {r['fit_error']}")
+            continue
+        seen_flags += [f for f in r["flags"] if f not in seen_flags]
+        unobserved = r["n_observed"] == 0
+        rows.append([
+            r["run"], r["seed"], str(r["n_points"]), f"{r['r0']:.3f}" + ("*" if r["r0_source"] == "fitted" else ""),
+            _with_ci(r["a"], r["a_ci"], three), _with_ci(r["b"], r["b_ci"], two),
+            _with_ci(r["c_mid"], r["c_mid_ci"], _sig3), _with_ci(r["predicted"], r["predicted_ci"], three),
+            "-" if unobserved else three(r["observed"]), "-" if unobserved else f"{r['error']:+.3f}",
+            "-" if unobserved else ("yes" if r["within_margin"] else "NO"), ", ".join(r["flags"]) or "-",
+        ])
+    print(_table(header, rows))
+    if any(r.get("r0_source") == "fitted" for r in records):
+        print("* R0 fitted")
+    if spreads:
+        print("\nseed spread (mean +- sd [min, max])")
+        keys = [("a", three), ("b", two), ("c_mid", _sig3), ("prediction", three)]
+        spread_rows = [[s["run"], str(s["n_seeds"])]
+                       + [f"{fmt(s['mean'][k])} +- {fmt(s['std'][k])} [{fmt(s['min'][k])}, {fmt(s['max'][k])}]"
+                          for k, fmt in keys] for s in spreads]
+        print(_table(["run", "seeds", "A", "B", "C_mid", f"pred@{args.target:g}"], spread_rows))
+    if seen_flags:
+        print("\nflags:")
+        for flag in seen_flags:
+            print(f"  {flag}: {FLAG_MEANINGS[flag]}")
+    if notes:
+        print("\nnotes:")
+        for note in notes:
+            print(f"  {note}")
+
+
+def _jsonable(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def run(args) -> int:
+    from sweeps.cli import UsageError
+
+    if not (math.isfinite(args.burn_in) and args.burn_in >= 0):
+        raise UsageError(f"--burn-in must be >= 0; got {args.burn_in}")
+    if not (math.isfinite(args.fit_until) and args.fit_until > args.burn_in):
+        raise UsageError(f"--fit-until must exceed --burn-in; got {args.fit_until} <= {args.burn_in}")
+    if not (math.isfinite(args.target) and args.target > 0):
+        raise UsageError(f"--target must be a compute value > 0; got {args.target}")
+    if args.n_boot != 0 and args.n_boot < 2:
+        raise UsageError(f"--n-boot must be 0 (no intervals) or >= 2; got {args.n_boot}")
+    if args.method == "paper" and args.fit_r0:
+        raise UsageError("--method paper takes R0 as given; drop --fit-r0 or use --method default")
+    if not (0 <= args.observed_window < 1) or not args.margin > 0:
+        raise UsageError("--observed-window must be in [0, 1) and --margin > 0")
+    frame = _read_curves(args.curves)
+    records = [_fit_curve(run, seed, rows, args)
+               for (run, seed), rows in frame.groupby(["run", "seed"], sort=False)]
+    spreads = _seed_spreads(records, args.target)
+    if args.json:
+        settings = {k: getattr(args, k) for k in ("burn_in", "fit_until", "target", "method", "margin",
+                                                  "observed_window", "n_boot", "bootstrap_seed")}
+        curves = [{k: v for k, v in r.items() if k != "fit"} for r in records]
+        print(json.dumps(_jsonable({"settings": settings, "curves": curves, "seed_spread": spreads}), indent=2))
+    else:
+        _print_tables(records, spreads, args)
+    return 1 if any("fit_error" in r for r in records) else 0

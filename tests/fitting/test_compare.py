@@ -1,0 +1,63 @@
+"""LOO comparison verdicts on synthetic variants and the log F slope points."""
+
+import numpy as np
+import pytest
+
+from fitting import FitInputError, compare_loo, fit_sigmoid, sigmoid_curve
+
+COMPUTE = np.arange(0.0, 16001.0, 100.0)
+BASE = (0.61, 1.92, 2542.0)  # A, B, C_mid of the ScaleRL 8B row; R0 = 0.3
+
+
+def fitted(a, b, c_mid, seed):
+    pass_rate = sigmoid_curve(COMPUTE, a, b, c_mid, 0.3) + np.random.default_rng(seed).normal(0, 0.01, COMPUTE.size)
+    return fit_sigmoid(COMPUTE, pass_rate, r0=0.3, burn_in=1500, fit_until=8000)
+
+
+@pytest.fixture(scope="module")
+def comparison():
+    fits = {
+        "base": fitted(*BASE, seed=1),
+        "higher-ceiling": fitted(0.69, 1.92, 2542.0, seed=2),  # A + 0.08
+        "steeper": fitted(0.61, 2.60, 2542.0, seed=3),  # same A, higher B
+        "identical": fitted(*BASE, seed=4),  # same truth, other noise
+    }
+    return compare_loo(fits, base="base", n_boot=150, seed=0)
+
+
+def test_verdicts(comparison):
+    verdicts = {name: (v.verdict, v.direction) for name, v in comparison.variants.items()}
+    assert verdicts == {
+        "base": ("base", None),
+        "higher-ceiling": ("ceiling mover", "higher"),
+        "steeper": ("efficiency shaper", "higher"),
+        "identical": ("no detectable effect", None),
+    }
+
+
+def test_fixed_a_is_the_mean_without_ceiling_movers(comparison):
+    expected = np.mean([comparison.variants[n].fit.a for n in ("base", "steeper", "identical")])
+    assert comparison.fixed_a == pytest.approx(expected)
+    assert all(v.fixed_a_fit.a == comparison.fixed_a for v in comparison.variants.values())
+    assert comparison.variants["steeper"].delta_b > 0.4  # truth: 2.60 - 1.92 = 0.68
+
+
+def test_log_f_points_lie_on_a_line_of_slope_b(comparison):
+    # log F = B ln C on the fixed-A curve; on noisy data a least-squares line through the defined points
+    # has a slope near the fixed-A B
+    steeper = comparison.variants["steeper"]
+    defined = np.isfinite(steeper.log_f)
+    assert defined.sum() > 40
+    slope = np.polyfit(steeper.log_c[defined], steeper.log_f[defined], 1)[0]
+    assert slope == pytest.approx(steeper.fixed_a_fit.b, rel=0.2)
+
+
+def test_ceiling_mover_has_undefined_log_f_points_at_a_lower_common_a(comparison):
+    # its pass rate passes the common A (~0.61) inside the window, where F has no value
+    mover = comparison.variants["higher-ceiling"]
+    assert np.isnan(mover.log_f).any()
+
+
+def test_unknown_base_is_rejected():
+    with pytest.raises(FitInputError, match=r"base 'scalerl' is not among the fits; got 'a'"):
+        compare_loo({"a": fitted(*BASE, seed=1)}, base="scalerl", n_boot=10)

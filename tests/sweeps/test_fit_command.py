@@ -1,0 +1,140 @@
+"""`sweep fit` in-process: tables, JSON, seeds, and every kind of bad CSV."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fitting import sigmoid_curve
+from sweeps.cli import main
+from sweeps.fit_command import _sig3
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "curves.csv")
+WINDOW = ["--fit-until", "8000", "--target", "16000", "--burn-in", "1500"]
+
+
+def write_csv(path, rows, header="run,compute,pass_rate"):
+    path.write_text(header + "\n" + "\n".join(rows) + "\n")
+    return str(path)
+
+
+def curve_rows(run="base", a=0.61, start=0):
+    compute = np.arange(start, 16001, 200.0)
+    return [f"{run},{c:g},{p:.6f}" for c, p in zip(compute, sigmoid_curve(compute, a, 1.92, 2542, 0.3))]
+
+
+def test_example_csv_table(capsys):
+    assert main(["fit", EXAMPLE, *WINDOW, "--n-boot", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "fit window [1500, 8000], method default, 40 bootstrap draws" in out
+    assert "observed = mean of points within 16000 +-3%" in out
+    lines = {line.split()[0] + "/" + line.split()[1]: line for line in out.splitlines()
+             if line.startswith("scalerl-") and len(line.split()) > 2 and line.split()[1] in "01"}
+    assert set(lines) == {"scalerl-8b/0", "scalerl-8b/1", "scalerl-bs2048/0"}
+    assert "window_ends_before_c_mid" in lines["scalerl-bs2048/0"]  # C_mid 10909 beyond the 8000 window
+    assert "seed spread" in out and "window_ends_before_c_mid: C_mid" in out
+
+
+def test_example_csv_json(capsys):
+    assert main(["fit", EXAMPLE, *WINDOW, "--n-boot", "40", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["settings"]["fit_until"] == 8000 and report["settings"]["method"] == "default"
+    base = report["curves"][0]
+    assert (base["run"], base["seed"], base["r0_source"], base["n_points"]) == ("scalerl-8b", "0", "compute_0", 33)
+    assert abs(base["a"] - 0.61) < 0.03 and base["a_ci"][0] < base["a"] < base["a_ci"][1]
+    assert base["error"] == pytest.approx(base["predicted"] - base["observed"])
+    assert base["within_margin"] is True and base["n_observed"] == 3  # 15600, 15800, 16000
+    assert report["seed_spread"][0]["run"] == "scalerl-8b" and report["seed_spread"][0]["n_seeds"] == 2
+
+
+def test_r0_option_and_unscored_target(tmp_path, capsys):
+    # no compute-0 row: --r0 supplies R0; the curve stops at 16000, so a 40000 target has no observation
+    path = write_csv(tmp_path / "c.csv", curve_rows(start=200))
+    assert main(["fit", path, "--fit-until", "8000", "--target", "40000", "--r0", "0.3", "--n-boot", "0",
+                 "--json"]) == 0
+    curve = json.loads(capsys.readouterr().out)["curves"][0]
+    assert curve["r0_source"] == "given" and curve["a"] == pytest.approx(0.61, rel=1e-3)
+    assert curve["observed"] is None and curve["within_margin"] is None and curve["a_ci"] is None
+    assert "no_observation_at_target" in curve["flags"]
+
+
+def test_missing_r0_is_a_per_curve_error(tmp_path, capsys):
+    path = write_csv(tmp_path / "c.csv", curve_rows(start=200) + curve_rows(run="other"))
+    assert main(["fit", path, *WINDOW, "--n-boot", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "base: not fitted: R0 is unknown" in out and "not fitted (see notes)" in out
+    assert "other" in out  # the other curve is still fitted and shown
+
+
+def test_empty_pass_rates_are_dropped_with_a_note_and_inf_is_an_error(tmp_path, capsys):
+    rows = curve_rows()
+    rows[5] = rows[5].rsplit(",", 1)[0] + ","  # empty pass_rate: a wandb export without eval at that step
+    rows += [row.replace("base", "broken") for row in curve_rows()]
+    rows[-3] = "broken,15600,inf"
+    path = write_csv(tmp_path / "c.csv", rows)
+    assert main(["fit", path, *WINDOW, "--n-boot", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "base: dropped 1 row(s) with an empty pass_rate" in out
+    assert "broken: not fitted: pass_rate has 1 non-finite value(s)" in out
+
+
+def test_unsorted_rows_are_sorted_and_duplicates_rejected(tmp_path, capsys):
+    rows = curve_rows()
+    path = write_csv(tmp_path / "shuffled.csv", rows[::-1])
+    assert main(["fit", path, *WINDOW, "--n-boot", "0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["curves"][0]["a"] == pytest.approx(0.61, rel=1e-3)
+    path = write_csv(tmp_path / "mixed.csv", rows + curve_rows(a=0.65)[3:6])  # two seeds without a seed column
+    assert main(["fit", path, *WINDOW, "--n-boot", "0"]) == 1
+    assert "compute has a duplicate value 600" in capsys.readouterr().out
+
+
+def test_step_column_orders_each_curve(tmp_path, capsys):
+    # compute that decreases with step (a restarted run's reset counter) is an error, not silently re-sorted
+    rows = [f"base,{i},{c:g},{p:.6f}" for i, (c, p) in enumerate(
+        zip([0, 400, 200, 600], [0.3, 0.31, 0.32, 0.33]))]
+    path = write_csv(tmp_path / "c.csv", rows, header="run,step,compute,pass_rate")
+    assert main(["fit", path, "--fit-until", "600", "--target", "600", "--n-boot", "0"]) == 1
+    assert "compute must be increasing; got 200 after 400" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("run,compute,score\nbase,100,0.3\n", "missing column(s) pass_rate; found run, compute, score"),
+    ("run,compute,pass_rate\n", "has a header but no rows"),
+    ("run,compute,pass_rate\nbase,100,high\n", "line 2: column pass_rate has non-numeric value 'high'"),
+    ("", "cannot read"),
+])
+def test_bad_csv_is_a_usage_error(tmp_path, capsys, content, message):
+    path = tmp_path / "c.csv"
+    path.write_text(content)
+    assert main(["fit", str(path), *WINDOW]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--fit-until", "1000"], "--fit-until must exceed --burn-in"),
+    (["--target", "0"], "--target must be a compute value > 0"),
+    (["--n-boot", "1"], "--n-boot must be 0 (no intervals) or >= 2"),
+    (["--method", "paper", "--fit-r0"], "--method paper takes R0 as given"),
+])
+def test_bad_options_are_usage_errors(capsys, extra, message):
+    assert main(["fit", EXAMPLE, *WINDOW, *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_file_and_conflicting_r0_options(capsys):
+    assert main(["fit", "no/such.csv", *WINDOW]) == 2
+    assert "no such file: no/such.csv" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:  # argparse: --r0 and --fit-r0 are mutually exclusive
+        main(["fit", EXAMPLE, *WINDOW, "--r0", "0.3", "--fit-r0"])
+    assert exit_info.value.code == 2
+
+
+def test_paper_method_from_the_cli(capsys):
+    assert main(["fit", EXAMPLE, *WINDOW, "--method", "paper", "--n-boot", "0", "--json"]) == 0
+    curves = json.loads(capsys.readouterr().out)["curves"]
+    assert all(abs(c["a"] / 0.005 - round(c["a"] / 0.005)) < 1e-9 for c in curves)
+
+
+def test_three_significant_figures():
+    assert [_sig3(v) for v in (2542.0, 11272.0, 1.234, 0.012345, 100.4)] == ["2540", "11300", "1.23", "0.0123", "100"]
