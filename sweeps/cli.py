@@ -16,6 +16,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("sweeps.fit_command", "fit sigmoid compute-performance curves to a CSV and score the extrapolation"),
     "plan": ("sweeps.plan_command", "print the jobs a sweep spec expands to (id, axis, choice, seed, resources)"),
     "train": ("sweeps.train_command", "run one RL training job from a recipe YAML (resumes if its run directory exists)"),
+    "run": ("sweeps.run_command", "run a sweep spec to the end: launch, watch, resume, fit, LOO table, report"),
+    "status": ("sweeps.status_command", "print the state of a sweep's jobs once (spec or sweep directory)"),
+    "report": ("sweeps.report_command", "build the PDF ablation report of a sweep directory (or an MLflow store)"),
+    "ui": ("sweeps.ui_command", "start the MLflow UI on a sweep's tracking store and print its URL"),
 }
 
 

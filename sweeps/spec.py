@@ -29,7 +29,7 @@ from components.registry import ConfigError, describe_value
 from recipe.config import check_section, to_plain
 
 # Compute axes a run records at every evaluation point (recipe/compute accounting).
-COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens", "steps")
+COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +93,8 @@ class SweepSpec:
     tracking: TrackingSpec = dataclasses.field(default_factory=TrackingSpec)
     # None: runs/<name>. Relative paths are from the current directory.
     output_dir: Optional[str] = None
+    # Testing aid: variant ("base", "loss=dapo", ...) -> training step at which that job crashes.
+    faults: Dict[str, int] = dataclasses.field(default_factory=dict)
     # Where a relative `base` recipe path is resolved from (set to the spec file's folder).
     root: str = "."
 

@@ -1,0 +1,195 @@
+"""The sweep driver: plan, launch, watch, resume; then fit every curve and report.
+
+`run_sweep` is idempotent. Finished jobs (done.json) are skipped; a job whose run directory is
+locked is still running from an earlier driver and is watched, not relaunched; an interrupted job
+resumes from its checkpoint; a failed job is retried by a later call until it has failed
+`executor.max_attempts` times. Killing the driver (Ctrl-C or kill -9) loses nothing: all state is
+in the sweep directory (see sweeps/state.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import socket
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from omegaconf import OmegaConf
+
+from sweeps.job import TrainingJob
+from sweeps.planner import Job, plan_sweep
+from sweeps.progress import collect_progress, format_progress
+from sweeps.spec import SweepSpec, base_source, output_dir
+from sweeps.state import DONE, FAILED, PENDING, RUNNING, is_done, is_locked, read_state, write_json_atomic, write_state
+
+# Without a terminal the table is printed at most this often (plus on every state change).
+PLAIN_PRINT_SECONDS = 30.0
+
+
+def machine_description() -> str:
+    import os
+
+    return f"{socket.gethostname()} ({platform.machine()}, {os.cpu_count()} cpus, {platform.system()} {platform.release()})"
+
+
+def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None:
+    """sweep.json (what the report's title page needs) and plan.json (the job list)."""
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    info_path = sweep_dir / "sweep.json"
+    created = json.loads(info_path.read_text())["created"] if info_path.exists() else datetime.now(timezone.utc).isoformat(timespec="seconds")
+    write_json_atomic(info_path, {
+        "name": spec.name, "base": spec.base, "seeds": list(spec.seeds),
+        "budget": dataclasses.asdict(spec.budget), "executor": spec.executor.name,
+        "axes": spec.axes, "created": created, "machine": machine_description(),
+    })
+    # The spec with absolute paths, so `sweep status <sweep_dir>` works from any directory.
+    frozen = dataclasses.asdict(spec)
+    del frozen["root"]
+    source = base_source(spec)
+    frozen["base"] = "scalerl" if source is None else str(source.resolve())
+    frozen["output_dir"] = str(sweep_dir.resolve())
+    frozen["seeds"] = list(spec.seeds)
+    (sweep_dir / "spec.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(frozen)))
+    write_json_atomic(sweep_dir / "plan.json", [
+        {"run_id": job.run_id, "axis": job.axis, "choice": job.choice, "variant": job.variant, "seed": job.seed,
+         "run_dir": str(job.run_dir.relative_to(sweep_dir))}
+        for job in jobs
+    ])
+
+
+def sweep_job_recipe(job: Job):
+    """Jobs never write to the tracking store themselves: the driver mirrors their metrics."""
+    return dataclasses.replace(job.recipe, tracking=dataclasses.replace(job.recipe.tracking, mlflow=False))
+
+
+class Display:
+    """Redraws the progress table on a terminal; prints it now and then (and on changes) otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.interactive = stream.isatty()
+        self.last_text = ""
+        self.last_print = 0.0
+        self.lines_drawn = 0
+
+    def show(self, text: str, changed: bool, force: bool = False) -> None:
+        if self.interactive:
+            if self.lines_drawn:
+                self.stream.write(f"\x1b[{self.lines_drawn}F\x1b[J")  # cursor up, clear below
+            self.stream.write(text)
+            self.lines_drawn = text.count("\n")
+        elif force or changed or time.time() - self.last_print > PLAIN_PRINT_SECONDS:
+            self.stream.write(text + "\n")
+            self.last_print = time.time()
+        self.stream.flush()
+
+
+def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
+    """Run every job of `spec` to its target; returns 0 when all are done, 1 if any failed."""
+    stream = stream or sys.stdout
+    from sweeps.launcher import Launcher, job_error, job_finished, job_log
+    from sweeps.tracking import SweepTracker
+
+    started = time.time()
+    sweep_dir = output_dir(spec)
+    jobs = plan_sweep(spec)
+    write_sweep_files(spec, sweep_dir, jobs)
+    tracker = SweepTracker(spec, sweep_dir, jobs)
+    print(f"sweep {spec.name}: {len(jobs)} jobs in {sweep_dir}; MLflow {tracker.uri} "
+          f"(experiment {tracker.experiment_id})", file=stream)
+    faults = spec.faults
+    max_attempts = spec.executor.max_attempts
+
+    queue: list[Job] = []
+    watched: list[Job] = []  # running under an earlier driver: watched until their lock is released
+    for job in jobs:
+        state = read_state(sweep_dir, job.run_id)
+        if is_done(job.run_dir):
+            continue
+        if is_locked(job.run_dir):
+            watched.append(job)
+        elif state.status == FAILED and state.attempts >= max_attempts:
+            continue  # reported as failed; delete its state file to try again
+        else:
+            queue.append(job)
+
+    launcher = Launcher(spec, sweep_dir / "logs")
+    active: dict[str, tuple[Job, Any]] = {}
+    display = Display(stream)
+    previous_statuses: list[str] = []
+
+    def launch(batch: list[Job]) -> None:
+        functions = [TrainingJob(sweep_job_recipe(job), str(job.run_dir), spec.budget.unit, spec.budget.target,
+                                 launcher.threads, faults.get(job.variant)) for job in batch]
+        handles = launcher.submit(functions)
+        for job, handle in zip(batch, handles):
+            state = read_state(sweep_dir, job.run_id)
+            state.status, state.attempts, state.last_error = RUNNING, state.attempts + 1, None
+            state.launcher_id, state.log_path = str(handle.job_id), job_log(handle)
+            write_state(sweep_dir, job.run_id, state)
+            active[job.run_id] = (job, handle)
+
+    try:
+        while queue or active or watched:
+            free = launcher.parallelism - len(active) - len(watched)
+            if queue and free > 0:
+                batch, queue = queue[:free], queue[free:]
+                launch(batch)
+            for run_id, (job, handle) in list(active.items()):
+                tracker.mirror(job)
+                if not job_finished(handle):
+                    continue
+                del active[run_id]
+                tracker.mirror(job)
+                state = read_state(sweep_dir, run_id)
+                error = job_error(handle)
+                if error is None and is_done(job.run_dir):
+                    state.status = DONE
+                    tracker.finish(job, "FINISHED")
+                else:
+                    state.status, state.last_error = FAILED, error or "job ended without reaching its target"
+                    tracker.finish(job, "FAILED")
+                write_state(sweep_dir, run_id, state)
+            for job in list(watched):
+                tracker.mirror(job)
+                if not is_locked(job.run_dir):
+                    watched.remove(job)
+                    if is_done(job.run_dir):
+                        tracker.finish(job, "FINISHED")
+                    else:
+                        queue.append(job)  # its process died: resume it from its checkpoint
+            rows = collect_progress(spec, sweep_dir, jobs)
+            statuses = [row.status for row in rows]
+            display.show(format_progress(spec, rows, started), changed=statuses != previous_statuses)
+            previous_statuses = statuses
+            if queue or active or watched:
+                time.sleep(spec.executor.poll_seconds)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: nothing is lost; rerun `sweep run` on the same spec to resume ({sweep_dir})", file=stream)
+        return 130
+
+    rows = collect_progress(spec, sweep_dir, jobs)
+    display.show(format_progress(spec, rows, started), changed=True, force=True)
+    failed = [row for row in rows if row.status != DONE]
+    if failed:
+        for row in failed:
+            state = read_state(sweep_dir, row.job.run_id)
+            retry = "retried by the next `sweep run`" if state.attempts < max_attempts else \
+                f"failed {state.attempts} times (executor.max_attempts); delete {sweep_dir}/state/{row.job.run_id}.json to retry"
+            print(f"FAILED {row.job.variant} seed {row.job.seed}: {state.last_error}\n  log: {state.log_path}\n  {retry}",
+                  file=stream)
+        tracker.finish_sweep("FAILED")
+        return 1
+    from sweeps.finalize import finalize_sweep
+
+    finalize_sweep(spec, sweep_dir, tracker, stream)
+    tracker.finish_sweep("FINISHED")
+    return 0
+
+
+__all__ = ["run_sweep", "PENDING"]

@@ -1,0 +1,116 @@
+"""Run state on disk: what a sweep has done survives any crash of the driver or a job.
+
+    <sweep_dir>/plan.json              the planned jobs (id, axis, choice, seed, run_dir)
+    <sweep_dir>/state/<run_id>.json    per job: status, attempts, last error, log path, launcher id
+    <sweep_dir>/runs/<run_id>/         the run directory the training loop owns:
+        config.yaml, metrics.jsonl, checkpoints/, done.json (written once the job reached its target),
+        .lock (held by the process training it)
+
+The run directory is the truth for "done" (done.json) and "running" (its lock is held); the state
+file adds attempts and errors. Every write is atomic (write a temp file, then rename).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+DONE_FILE = "done.json"
+LOCK_FILE = ".lock"
+
+
+@dataclasses.dataclass
+class JobState:
+    status: str = PENDING
+    attempts: int = 0
+    last_error: Optional[str] = None
+    log_path: Optional[str] = None
+    launcher_id: Optional[str] = None
+    updated_at: float = 0.0
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, path)
+
+
+def state_path(sweep_dir: Path, run_id: str) -> Path:
+    return sweep_dir / "state" / f"{run_id}.json"
+
+
+def read_state(sweep_dir: Path, run_id: str) -> JobState:
+    path = state_path(sweep_dir, run_id)
+    if not path.exists():
+        return JobState()
+    data = json.loads(path.read_text())
+    return JobState(**{field.name: data.get(field.name, field.default) for field in dataclasses.fields(JobState)})
+
+
+def write_state(sweep_dir: Path, run_id: str, state: JobState) -> None:
+    state.updated_at = time.time()
+    write_json_atomic(state_path(sweep_dir, run_id), dataclasses.asdict(state))
+
+
+def is_done(run_dir: Path) -> bool:
+    return (run_dir / DONE_FILE).exists()
+
+
+def mark_done(run_dir: Path, summary: dict[str, Any]) -> None:
+    write_json_atomic(run_dir / DONE_FILE, summary)
+
+
+class RunLock:
+    """An exclusive lock on a run directory while a process trains it (fcntl.flock: released by the
+    kernel when the process dies, even by kill -9, so a stale lock never blocks a resume)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK_FILE
+        self.handle = None
+
+    def acquire(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return False
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self.handle = handle
+        return True
+
+    def release(self) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            self.handle.close()
+            self.handle = None
+
+    def __enter__(self) -> "RunLock":
+        if not self.acquire():
+            raise RuntimeError(f"{self.path.parent} is being trained by another process (lock {self.path})")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+def is_locked(run_dir: Path) -> bool:
+    """True while some process holds the run's lock (checked by briefly trying to take it)."""
+    if not (run_dir / LOCK_FILE).exists():
+        return False
+    lock = RunLock(run_dir)
+    if lock.acquire():
+        lock.release()
+        return False
+    return True

@@ -1,0 +1,139 @@
+"""MLflow for a sweep: one experiment, a parent run, a child run per job; the driver is the only writer.
+
+Jobs write metrics.jsonl (the source of truth) and never touch the tracking store during a sweep:
+SQLite locks up under many writers, and compute nodes often cannot reach a tracking server. The
+driver mirrors each job's new metric lines into its child run every time it polls, remembering how
+many lines of each run it mirrored in <sweep_dir>/mlflow.json, so a killed driver resumes mirroring
+without duplicates. A resumed job truncates metrics.jsonl to its checkpoint and recomputes the lines
+after it (identically on CPU), so lines already mirrored are never logged twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from recipe.config import to_dict
+from sweeps.planner import Job, flatten
+from sweeps.spec import SweepSpec
+from sweeps.state import write_json_atomic
+
+MLFLOW_FILE = "mlflow.json"
+# MLflow rejects longer parameter values; a longer one is cut and marked.
+PARAM_VALUE_LIMIT = 6000
+
+
+def tracking_uri(spec: SweepSpec, sweep_dir: Path) -> str:
+    """The spec's URI, else MLFLOW_TRACKING_URI, else a SQLite store inside the sweep directory."""
+    if spec.tracking.mlflow_uri:
+        return spec.tracking.mlflow_uri
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    return f"sqlite:///{sweep_dir.resolve()}/mlflow.db"
+
+
+def job_tags(job: Job, parent_run_id: str) -> dict[str, str]:
+    return {
+        "mlflow.parentRunId": parent_run_id,
+        "scalerl.run_id": job.run_id,
+        "scalerl.axis": job.axis,
+        "scalerl.choice": job.choice,
+        "scalerl.variant": job.variant,
+        "scalerl.seed": str(job.seed),
+    }
+
+
+def recipe_params(job: Job) -> dict[str, str]:
+    params = {}
+    for key, value in flatten(to_dict(job.recipe)).items():
+        text = str(value)
+        params[key] = text if len(text) <= PARAM_VALUE_LIMIT else text[: PARAM_VALUE_LIMIT - 3] + "..."
+    return params
+
+
+class SweepTracker:
+    """Creates (or finds again) the sweep's experiment and runs, and mirrors metrics into them."""
+
+    def __init__(self, spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None:
+        from mlflow.entities import Param
+        from mlflow.tracking import MlflowClient
+
+        self.path = sweep_dir / MLFLOW_FILE
+        self.uri = tracking_uri(spec, sweep_dir)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        state = json.loads(self.path.read_text()) if self.path.exists() else {}
+        if state.get("tracking_uri") not in (None, self.uri):
+            state = {}  # the store moved: start a fresh record there
+        experiment_name = spec.tracking.experiment or spec.name
+        experiment = self.client.get_experiment_by_name(experiment_name)
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(experiment_name)
+        if state.get("experiment_id") != experiment_id:
+            state = {}
+        if "parent_run_id" not in state:
+            parent = self.client.create_run(experiment_id, run_name=spec.name, tags={"scalerl.sweep": spec.name})
+            state = {"tracking_uri": self.uri, "experiment_id": experiment_id,
+                     "parent_run_id": parent.info.run_id, "child_runs": {}, "mirrored_lines": {}}
+        for job in jobs:
+            if job.run_id in state["child_runs"]:
+                continue
+            child = self.client.create_run(experiment_id, run_name=f"{job.variant} seed {job.seed}",
+                                           tags=job_tags(job, state["parent_run_id"]))
+            params = [Param(key, value) for key, value in recipe_params(job).items()]
+            for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
+                self.client.log_batch(child.info.run_id, params=params[start:start + 100])
+            state["child_runs"][job.run_id] = child.info.run_id
+        self.state = state
+        self.save()
+
+    def save(self) -> None:
+        write_json_atomic(self.path, self.state)
+
+    @property
+    def experiment_id(self) -> str:
+        return self.state["experiment_id"]
+
+    def mirror(self, job: Job) -> int:
+        """Log the job's complete metric lines not mirrored yet; returns how many were new."""
+        from mlflow.entities import Metric
+
+        path = job.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return 0
+        done = self.state["mirrored_lines"].get(job.run_id, 0)
+        metrics, count = [], 0
+        with open(path) as handle:
+            for index, line in enumerate(handle):
+                if not line.endswith("\n"):
+                    break  # a line still being written
+                if index < done:
+                    continue
+                count += 1
+                record = json.loads(line)
+                step = int(record.get("step", 0))
+                stamp = int(record.get("time", time.time()) * 1000)
+                metrics.extend(Metric(key, float(value), stamp, step) for key, value in record.items()
+                               if key not in ("step", "time") and isinstance(value, (int, float))
+                               and not isinstance(value, bool) and math.isfinite(value))
+        run_id = self.state["child_runs"][job.run_id]
+        for start in range(0, len(metrics), 1000):
+            self.client.log_batch(run_id, metrics=metrics[start:start + 1000])
+        if count:
+            self.state["mirrored_lines"][job.run_id] = done + count
+            self.save()
+        return count
+
+    def finish(self, job: Job, status: str) -> None:
+        """Close the job's child run: FINISHED or FAILED."""
+        self.client.set_terminated(self.state["child_runs"][job.run_id], status=status)
+
+    def finish_sweep(self, status: str) -> None:
+        self.client.set_terminated(self.state["parent_run_id"], status=status)
+
+
+def mlflow_record(sweep_dir: Path) -> dict[str, Any] | None:
+    path = sweep_dir / MLFLOW_FILE
+    return json.loads(path.read_text()) if path.exists() else None
