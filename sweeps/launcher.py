@@ -59,7 +59,7 @@ class Launcher:
             self.threads = os.cpu_count() or 1
         else:
             slurm = spec.executor.slurm
-            self.executor = submitit.AutoExecutor(folder=str(log_dir / "%A_%a"), cluster="slurm")
+            self.executor = submitit.AutoExecutor(folder=str(log_dir / "%j"), cluster="slurm")
             parameters: dict[str, Any] = {
                 "timeout_min": slurm.time_minutes,
                 "cpus_per_task": slurm.cpus_per_task,
