@@ -86,3 +86,9 @@ def test_sweep_plan_prints_the_table_without_importing_torch():
     job_lines = [line for line in lines[1:] if re.fullmatch(r"[0-9a-f]{12}", line.split(" ")[0])]
     assert [line.split()[1] for line in job_lines] == [axis for axis, _, _ in GOLDEN_LOO]
     assert "9 jobs: 9 variants x 1 seed(s); executor local" in result.stdout
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "sweeps").glob("*.yaml")), ids=lambda path: path.name)
+def test_every_shipped_spec_loads_and_plans(path):
+    jobs = plan_sweep(load_spec(path))
+    assert jobs[0].axis == BASE and len({job.variant for job in jobs}) == 1 + len(load_spec(path).axes)
