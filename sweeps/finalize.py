@@ -9,4 +9,9 @@ from sweeps.spec import SweepSpec
 
 
 def finalize_sweep(spec: SweepSpec, sweep_dir: Path, tracker, stream: TextIO) -> None:
-    print(f"all jobs done; fitting and reporting is not wired yet ({sweep_dir})", file=stream)
+    """One pass of fitting (bootstrap included) feeds the printed table, loo_table.csv, the PDF and MLflow."""
+    from reports.publish import report_sweep
+
+    outputs = report_sweep(sweep_dir, echo=lambda message: print(message, file=stream))
+    print(outputs.text, file=stream)
+    print(f"LOO table: {outputs.csv}\nreport: {outputs.pdf}\nMLflow UI: sweep ui {sweep_dir}", file=stream)

@@ -10,6 +10,7 @@ after it (identically on CPU), so lines already mirrored are never logged twice.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -70,11 +71,17 @@ class SweepTracker:
             state = {}  # the store moved: start a fresh record there
         experiment_name = spec.tracking.experiment or spec.name
         experiment = self.client.get_experiment_by_name(experiment_name)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(experiment_name)
+        # Artifacts (the report) live beside the sweep, not in ./mlruns of whatever directory we run from.
+        artifacts = (sweep_dir / "mlartifacts").resolve().as_uri()
+        experiment_id = (experiment.experiment_id if experiment
+                         else self.client.create_experiment(experiment_name, artifact_location=artifacts))
         if state.get("experiment_id") != experiment_id:
             state = {}
         if "parent_run_id" not in state:
             parent = self.client.create_run(experiment_id, run_name=spec.name, tags={"scalerl.sweep": spec.name})
+            # The budget on the parent, so a report can be rebuilt from the store alone.
+            budget = {f"budget.{key}": str(value) for key, value in dataclasses.asdict(spec.budget).items()}
+            self.client.log_batch(parent.info.run_id, params=[Param(key, value) for key, value in budget.items()])
             state = {"tracking_uri": self.uri, "experiment_id": experiment_id,
                      "parent_run_id": parent.info.run_id, "child_runs": {}, "mirrored_lines": {}}
         for job in jobs:

@@ -1,0 +1,82 @@
+"""Writing fit results back to the sweep's MLflow runs, so the compare view sorts and charts the variants.
+
+    log_fit_results(sweep_dir, fits.table, run_table=fits.run_table, artifacts=[pdf, *pngs])
+
+Each job's run gets the fit/* metrics of its own curve (schema.FIT_METRICS; the variant's deltas) and
+the tags scalerl.verdict and scalerl.fit_flags; the sweep's parent run gets the report files under
+report/ and sweep.json, so a report can be rebuilt from the store alone. The SQLite store has one
+writer at a time: call this after the sweep's jobs have finished.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from reports import schema
+
+
+def _finite(value) -> bool:
+    return value is not None and not pd.isna(value) and math.isfinite(float(value))
+
+
+def read_mlflow_file(sweep_dir: Path) -> dict | None:
+    path = Path(sweep_dir) / schema.MLFLOW_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _verdict(row) -> str:
+    if not row["direction"]:
+        return str(row["verdict"])
+    return f"{row['verdict']} ({row['direction']} {'A' if row['verdict'] == 'ceiling mover' else 'B'})"
+
+
+def log_fit_results(sweep_dir: str | Path, table: pd.DataFrame, *, run_table: pd.DataFrame | None = None,
+                    artifacts: Iterable[str | Path] = (), echo=print) -> bool:
+    """Log fit metrics and tags on every job's run and `artifacts` on the parent run; False when no mlflow.json.
+
+    table: the LOO table (one row per variant). run_table: one row per job with that seed's own fit;
+    without it, each job gets its variant's row (the same thing with one seed). Metrics a fit could not
+    give (an unobserved target) are left out rather than logged as NaN.
+    """
+    from mlflow.entities import Metric, RunTag
+    from mlflow.tracking import MlflowClient
+
+    sweep_dir = Path(sweep_dir)
+    info = read_mlflow_file(sweep_dir)
+    if info is None:
+        echo(f"no {schema.MLFLOW_FILE} in {sweep_dir}: fit results not logged to MLflow")
+        return False
+    client = MlflowClient(tracking_uri=info[schema.MLFLOW_TRACKING_URI])
+    by_variant = table.set_index("variant")
+    by_run = run_table.set_index("run_id") if run_table is not None else None
+    plan = {e[schema.PLAN_RUN_ID]: e for e in json.loads((sweep_dir / schema.PLAN_FILE).read_text())}
+    now = int(time.time() * 1000)
+    missing = []
+    for run_id, mlflow_run_id in info[schema.MLFLOW_CHILD_RUNS].items():
+        job = plan.get(run_id)
+        if job is None or job[schema.PLAN_VARIANT] not in by_variant.index:
+            missing.append(run_id)
+            continue
+        variant_row = by_variant.loc[job[schema.PLAN_VARIANT]]
+        own = by_run.loc[run_id] if by_run is not None and run_id in by_run.index else variant_row
+        values = {key: own[column] for key, column in schema.FIT_METRICS.items()}
+        values.update({key: variant_row[column] for key, column in schema.FIT_VARIANT_METRICS.items()})
+        metrics = [Metric(key, float(value), now, 0) for key, value in values.items() if _finite(value)]
+        tags = [RunTag(schema.TAG_VERDICT, _verdict(variant_row)),
+                RunTag(schema.TAG_FIT_FLAGS, str(own["flags"]) or "none")]
+        client.log_batch(mlflow_run_id, metrics=metrics, tags=tags)
+    if missing:
+        echo(f"MLflow: no fit results for {len(missing)} job run(s) not in the table: {', '.join(missing)}")
+    parent = info[schema.MLFLOW_PARENT_RUN_ID]
+    client.log_artifact(parent, str(sweep_dir / schema.SWEEP_FILE))
+    for path in artifacts:
+        path = Path(path)
+        folder = schema.REPORT_ARTIFACT_DIR + ("/figures" if path.suffix == ".png" else "")
+        client.log_artifact(parent, str(path), artifact_path=folder)
+    return True

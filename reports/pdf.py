@@ -1,0 +1,278 @@
+"""The PDF ablation report: title page, LOO table, figures, diagnostics and config diffs (matplotlib PdfPages).
+
+    build_report("runs/scalerl-loo", "report.pdf")          # load, fit, write
+    write_report(fit_sweep(data), "report.pdf", figures_dir)  # from fits already made (no refit)
+
+Pages, A4 landscape: title; LOO table (more pages past ROWS_PER_TABLE_PAGE variants); all curves; one
+panel per variant; fixed-A slopes and delta bars (only with a fitted base); stability diagnostics (figure
+and numbers);
+config diffs; notes (only when something was skipped).
+"""
+
+from __future__ import annotations
+
+import datetime
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.backends.backend_pdf import PdfPages  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
+from reports import figures, schema  # noqa: E402
+from reports.tables import DEFAULT_N_BOOT, config_diff, diagnostics_table, sig3, table_cells  # noqa: E402
+
+ROWS_PER_TABLE_PAGE = 10
+DIFF_LINES_PER_PAGE = 40
+MONO = "DejaVu Sans Mono"
+
+
+def _short(value: str, limit: int) -> str:
+    """A config value cut to `limit` characters (length control's phrase is a whole sentence)."""
+    return value if len(value) <= limit else value[:limit - 3] + "..."
+
+
+def _text_page(title: str, lines: list[str], *, size: float = 10, mono: bool = False):
+    with plt.rc_context(figures.STYLE):
+        fig = figures._new_figure(title)
+        fig.text(0.04, 0.88, "\n".join(lines), va="top", ha="left", fontsize=size, linespacing=1.45,
+                 family=MONO if mono else None)
+    return fig
+
+
+def _title_page(fits):
+    data, budget = fits.data, fits.data.budget
+    meta = data.meta
+    seeds = meta.get(schema.SWEEP_SEEDS) or sorted(data.runs["seed"].unique().tolist())
+    base_id = data.runs[data.runs["variant"] == schema.BASE]["run_id"]
+    base_config = data.configs.get(base_id.iloc[0], {}) if len(base_id) else {}
+    recipe = [f"    {axis:<15} {base_config.get(f'{axis}.name', '?')}" + "".join(
+        f", {k.split('.', 1)[1]}={_short(v, 24)}" for k, v in sorted(base_config.items())
+        if k.startswith(axis + ".") and not k.endswith(".name") and len(k.split(".")) == 2)
+        for axis in schema.AXES if f"{axis}.name" in base_config]
+    unit = figures.UNIT_LABELS.get(budget.unit, budget.unit)
+    lines = [
+        f"Sweep          {data.name}",
+        f"Created        {meta.get(schema.SWEEP_CREATED, 'unknown')}",
+        f"Report made    {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        f"Machine        {meta.get(schema.SWEEP_MACHINE, 'unknown')}",
+        f"Executor       {meta.get(schema.SWEEP_EXECUTOR, 'unknown')}",
+        f"Read from      {data.source}",
+        "",
+        f"Budget         unit {unit}; burn-in {budget.burn_in:g}; fit at {budget.fit_at:g}; "
+        f"target {budget.target:g}",
+        f"Seeds          {', '.join(map(str, seeds))}",
+        f"Jobs           {len(data.runs)} ({data.runs['variant'].nunique()} variants x seeds); "
+        f"{len(data.evals)} evaluation points",
+        f"Base recipe    {meta.get(schema.SWEEP_BASE, 'unknown')}" + (":" if recipe else ""),
+        *recipe,
+        "",
+        "Fit            R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), R0 = step-0 evaluation, C_mid bounds from",
+        f"               the data; intervals: moving-block residual bootstrap ({fits.n_boot} draws, 95%).",
+        "Verdicts       ceiling mover: |delta A| > 0.02 + combined A interval half-width; efficiency shaper:",
+        "               |delta B| at a common fixed A > combined B interval half-width; else no detectable effect.",
+    ]
+    with plt.rc_context(figures.STYLE):
+        fig = plt.figure(figsize=figures.PAGE)
+        fig.text(0.04, 0.9, "Leave-one-out ablation report", fontsize=22, fontweight="bold", va="top")
+        fig.text(0.04, 0.83, data.name, fontsize=15, va="top", color="0.25")
+        fig.text(0.04, 0.74, "\n".join(lines), fontsize=10.5, va="top", family=MONO, linespacing=1.5)
+    return fig
+
+
+TABLE_FONT = 9.0  # points; DejaVu Sans Mono advances 0.602 em per character
+TABLE_GAP = 2  # characters between columns
+TEXT_COLUMN_MIN = 12  # the variant, change and verdict columns wrap down to this many characters
+
+
+def _column_widths(cells: list[list[str]], max_chars: int, only_first: bool = False) -> list[int]:
+    """Characters per column: the longest line of each column, wrapping the text columns when too wide."""
+    widths = [max(len(line) for row in cells for line in row[i].split("\n")) for i in range(len(cells[0]))]
+    wrappable = {0} if only_first else {0, 1, len(widths) - 1}
+    while sum(widths) + TABLE_GAP * (len(widths) - 1) > max_chars:
+        widest = max(wrappable, key=lambda i: widths[i])
+        if widths[widest] <= TEXT_COLUMN_MIN:
+            break
+        widths[widest] -= 1
+    return widths
+
+
+def _draw_table(fig, header: list[str], rows: list[list[str]], colours: list[str], top: float, *,
+                colour_last: bool = True) -> float:
+    """A monospace table (exact column widths at TABLE_FONT) from figure-fraction `top`; returns its bottom."""
+    width_in, height_in = fig.get_size_inches()
+    char = 0.602 * TABLE_FONT / 72 / width_in  # one character, in figure fractions
+    line = 1.3 * TABLE_FONT / 72 / height_in
+    left = 0.025
+    widths = _column_widths([header] + rows, int((1 - 2 * left) / char), only_first=not colour_last)
+    xs = [left + char * (sum(widths[:i]) + TABLE_GAP * i) for i in range(len(widths))]
+    right = xs[-1] + char * widths[-1]
+    y = top
+    for index, row in enumerate([header] + rows):
+        wrapped = [figures.wrap_name(cell, w) for cell, w in zip(row, widths)]
+        height = line * max(len(w) for w in wrapped) + 0.5 * line
+        if index == 0:
+            fig.add_artist(Rectangle((left - 0.005, y - height), right - left + 0.01, height, transform=fig.transFigure,
+                                     color="0.9", zorder=0))
+        for column, (x, lines) in enumerate(zip(xs, wrapped)):
+            style = {"fontweight": "bold"} if index == 0 else {}
+            if index and colour_last and column == len(widths) - 1:
+                style = {"fontweight": "bold", "color": colours[index - 1]}
+            fig.text(x, y - 0.25 * line, "\n".join(lines), va="top", ha="left", family=MONO, fontsize=TABLE_FONT,
+                     linespacing=1.3, **style)
+        y -= height
+        fig.add_artist(Line2D([left - 0.005, right + 0.005], [y, y], color="0.75", lw=0.6))
+    return y
+
+
+def _table_pages(fits) -> list:
+    table = fits.table
+    header, rows = table_cells(table, stacked=True)
+    colours = [figures.VERDICT_COLOURS.get(v, "0.2") for v in table["verdict"]]
+    pages = []
+    for start in range(0, max(len(rows), 1), ROWS_PER_TABLE_PAGE):
+        with plt.rc_context(figures.STYLE):
+            part = f" ({start // ROWS_PER_TABLE_PAGE + 1})" if len(rows) > ROWS_PER_TABLE_PAGE else ""
+            fig = figures._new_figure(f"Leave-one-out summary{part}")
+            bottom = _draw_table(fig, header, rows[start:start + ROWS_PER_TABLE_PAGE],
+                                 colours[start:start + ROWS_PER_TABLE_PAGE], top=0.9)
+            fig.text(0.025, bottom - 0.03, _table_legend(fits), va="top", fontsize=9, linespacing=1.45)
+        pages.append(fig)
+    return pages
+
+
+def _diagnostics_page(fits):
+    """Stability diagnostics as numbers: last-quarter mean / max per variant, threshold breaches marked."""
+    summary = diagnostics_table(fits.data)
+    keys = [k for k in schema.DIAGNOSTICS if f"{k} tail" in summary.columns]
+    header = ["variant"] + ["\n".join(figures.wrap_name(schema.DIAGNOSTICS[k][0], 14)) for k in keys]
+    rows, breached = [], False
+    for _, r in summary.iterrows():
+        cells = [r["variant"]]
+        for key in keys:
+            threshold = schema.DIAGNOSTICS[key][2]
+            tail, peak = r[f"{key} tail"], r[f"{key} max"]
+            mark = "  (!)" if threshold is not None and tail > threshold else ""
+            breached |= bool(mark)
+            cells.append("-" if pd.isna(tail) else f"{sig3(tail)}{mark}\nmax {sig3(peak)}")
+        rows.append(cells)
+    with plt.rc_context(figures.STYLE):
+        fig = figures._new_figure("Stability diagnostics: mean over the last quarter of training (max over the run)")
+        bottom = _draw_table(fig, header, rows, ["0.2"] * len(rows), top=0.9, colour_last=False)
+        legend = ["Units: " + "; ".join(f"{schema.DIAGNOSTICS[k][0]}: {schema.DIAGNOSTICS[k][1]}" for k in keys),
+                  "-: the variant's runs did not log it. With several seeds: mean of the runs' means, largest max."]
+        if breached:
+            legend.append("(!): above the paper's instability threshold (truncation rates above 10-15% signal "
+                          "instability).")
+        fig.text(0.025, bottom - 0.03, "\n".join(textwrap.fill(line, 160) for line in legend), va="top",
+                 fontsize=9, linespacing=1.45)
+    return fig
+
+
+def _table_legend(fits) -> str:
+    from fitting import FLAG_MEANINGS
+
+    budget = fits.data.budget
+    window = budget.observed_window if budget.observed_window is not None else DEFAULT_OBSERVED_HALFWIDTH
+    lines = [
+        f"Rows: {fits.caption()}.",
+        "A: asymptote with 95% bootstrap interval; B: efficiency exponent of the free fit; B at A=...: refit with "
+        "A fixed to the common value (the slope plot);",
+        f"C_mid: compute at half the gain, in {figures.UNIT_LABELS.get(budget.unit, budget.unit)}; pred: the fit's "
+        f"prediction at target; obs: mean of the evaluations within target x (1 +- {window:g});",
+        "error = pred - obs; ok: |error| <= 0.02 (the paper's noise margin on A).",
+    ]
+    flagged = fits.table[fits.table["flags"].astype(bool)]
+    if len(flagged):
+        lines.append("Fit flags (reasons not to trust a fit):")
+        for name, text in flagged[["variant", "flags"]].itertuples(index=False):
+            lines.append(f"    {name}: {text}")
+        for flag in dict.fromkeys(f for text in flagged["flags"] for f in text.split(", ")):
+            if flag in FLAG_MEANINGS:
+                lines.append(f"        {flag}: {FLAG_MEANINGS[flag]}")
+    return "\n".join(textwrap.fill(line, 165, subsequent_indent="        ") for line in lines)
+
+
+def _diff_pages(fits) -> list:
+    lines = []
+    for name in fits.data.variants():
+        if name == schema.BASE:
+            continue
+        diff = config_diff(fits.data, name)
+        lines.append(f"{name}")
+        if diff is None:
+            lines.append("    (no config for this variant or its base)")
+        elif not diff:
+            lines.append("    (identical to the base)")
+        else:
+            width = max(len(key) for key, _, _ in diff)
+            lines += [f"    {key:<{width}}  {_short(old, 50)}  ->  {_short(new, 50)}" for key, old, new in diff]
+        lines.append("")
+    pages = []
+    for start in range(0, len(lines), DIFF_LINES_PER_PAGE):
+        title = "Config differences from the base (key: base -> variant)"
+        pages.append(_text_page(title + (" (continued)" if start else ""),
+                                lines[start:start + DIFF_LINES_PER_PAGE], mono=True))
+    return pages
+
+
+FIGURES = ("curves", "variants", "fixed_a_slopes", "deltas", "diagnostics")  # pages also saved as PNG
+
+
+def report_pages(fits) -> list[tuple[str, object]]:
+    """Every page of the report as (name, Figure), in order; names in FIGURES are the figure pages."""
+    pages = [("title", _title_page(fits))] + [("table", page) for page in _table_pages(fits)]
+    if not fits.data.evals.empty:
+        pages.append(("curves", figures.curves_figure(fits)))
+    if fits.variants:
+        pages.append(("variants", figures.panels_figure(fits)))
+    if fits.comparison is not None:
+        pages += [("fixed_a_slopes", figures.slope_figure(fits)), ("deltas", figures.deltas_figure(fits))]
+    diagnostics, diagnostic_notes = figures.diagnostics_figure(fits.data,
+                                                               figures.variant_colours(fits.data.variants()))
+    pages += [("diagnostics", diagnostics), ("diagnostics_table", _diagnostics_page(fits))]
+    pages += [("config_diff", page) for page in _diff_pages(fits)]
+    notes = fits.notes + diagnostic_notes
+    if notes:
+        wrapped = [line for note in notes for line in textwrap.wrap(note, 150, subsequent_indent="    ")]
+        pages.append(("notes", _text_page("Notes: what was skipped or adjusted", wrapped, size=9.5)))
+    return pages
+
+
+def write_report(fits, output_pdf: str | Path, figures_dir: str | Path | None = None) -> list[Path]:
+    """Write the PDF (and each figure page as PNG into figures_dir when given); returns the PNG paths."""
+    output_pdf = Path(output_pdf)
+    output_pdf.parent.mkdir(parents=True, exist_ok=True)
+    pages = report_pages(fits)
+    pngs = []
+    metadata = {"Title": f"LOO ablation report: {fits.data.name}", "Creator": "scalerl-sweep reports"}
+    try:
+        with PdfPages(output_pdf, metadata=metadata) as pdf:
+            for _, page in pages:
+                pdf.savefig(page)
+        if figures_dir is not None:
+            Path(figures_dir).mkdir(parents=True, exist_ok=True)
+            for name, page in pages:
+                if name in FIGURES:
+                    pngs.append(Path(figures_dir) / f"{name}.png")
+                    page.savefig(pngs[-1])
+    finally:
+        for _, page in pages:
+            plt.close(page)
+    return pngs
+
+
+def build_report(sweep_dir: str | Path, output_pdf: str | Path, *, n_boot: int = DEFAULT_N_BOOT) -> Path:
+    """Load a sweep directory, fit it and write the PDF report; returns the PDF path."""
+    from reports.sweep_data import load_sweep
+    from reports.tables import fit_sweep
+
+    write_report(fit_sweep(load_sweep(sweep_dir), n_boot=n_boot), output_pdf)
+    return Path(output_pdf)

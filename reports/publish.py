@@ -1,0 +1,66 @@
+"""Everything a finished sweep publishes, in one call: LOO table CSV, PDF report, figure PNGs, MLflow fit results.
+
+    outputs = report_sweep(sweep_dir)          # what `sweep run` calls at its end and `sweep report` runs
+    print(outputs.text)                        # the LOO table as aligned text
+
+Fits are made once (fit_sweep) and feed the CSV, the PDF and MLflow alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from reports import schema
+from reports.pdf import write_report
+from reports.sweep_data import SweepData, load_sweep
+from reports.tables import DEFAULT_N_BOOT, SweepFits, fit_sweep, format_loo_table
+
+
+@dataclass
+class ReportOutputs:
+    fits: SweepFits
+    table: pd.DataFrame  # the LOO table (schema.LOO_COLUMNS)
+    text: str  # format_loo_table(table)
+    csv: Path
+    pdf: Path
+    figures: list[Path]
+    mlflow_logged: bool
+
+
+def publish(data: SweepData, *, pdf: Path, csv: Path, figures_dir: Path | None, n_boot: int = DEFAULT_N_BOOT,
+            mlflow_sweep_dir: Path | None = None, echo=print) -> ReportOutputs:
+    """Fit `data` once, write csv and pdf (and PNGs), and log to MLflow when mlflow_sweep_dir is given."""
+    fits = fit_sweep(data, n_boot=n_boot)
+    table = fits.table
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(csv, index=False, float_format="%.6g")
+    pngs = write_report(fits, pdf, figures_dir)
+    logged = False
+    if mlflow_sweep_dir is not None:
+        from mlflow.exceptions import MlflowException
+
+        from reports.mlflow_sync import log_fit_results
+
+        # The report files exist by now: a store that is locked or unreachable costs the MLflow copy only.
+        try:
+            logged = log_fit_results(mlflow_sweep_dir, table, run_table=fits.run_table,
+                                     artifacts=[pdf, csv, *pngs], echo=echo)
+        except (MlflowException, OSError) as error:
+            echo(f"MLflow: fit results not logged ({type(error).__name__}: {error}); the report files are written")
+    return ReportOutputs(fits=fits, table=table, text=format_loo_table(table), csv=csv, pdf=pdf, figures=pngs,
+                         mlflow_logged=logged)
+
+
+def report_sweep(sweep_dir: str | Path, output_pdf: str | Path | None = None, *, n_boot: int = DEFAULT_N_BOOT,
+                 log_mlflow: bool = True, echo=print) -> ReportOutputs:
+    """Report a sweep directory: <sweep_dir>/loo_table.csv, the PDF (default <sweep_dir>/report.pdf), its
+    figures as PNG in <sweep_dir>/report_figures/, and the fit results in the sweep's MLflow store
+    (skipped with a message when <sweep_dir>/mlflow.json is absent)."""
+    sweep_dir = Path(sweep_dir)
+    pdf = Path(output_pdf) if output_pdf is not None else sweep_dir / schema.REPORT_FILE
+    return publish(load_sweep(sweep_dir), pdf=pdf, csv=sweep_dir / schema.LOO_TABLE_FILE,
+                   figures_dir=sweep_dir / schema.FIGURES_DIR, n_boot=n_boot,
+                   mlflow_sweep_dir=sweep_dir if log_mlflow else None, echo=echo)

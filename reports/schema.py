@@ -1,0 +1,91 @@
+"""Every name the reports read or write: sweep files, metric keys, MLflow tags and fit metrics, table columns.
+
+The sweep driver and the training loop own these names; they are collected here so that a rename is
+one edit. Nothing else in reports/ spells a key of a file or of MLflow.
+"""
+
+from __future__ import annotations
+
+# --- the sweep directory -------------------------------------------------------------------------
+SWEEP_FILE = "sweep.json"
+PLAN_FILE = "plan.json"
+MLFLOW_FILE = "mlflow.json"
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+LOO_TABLE_FILE = "loo_table.csv"  # written beside sweep.json by the driver and by `sweep report`
+REPORT_FILE = "report.pdf"  # default report path inside the sweep directory
+FIGURES_DIR = "report_figures"  # PNG copies of the report's figures (MLflow artifacts)
+DEFAULT_STORE = "mlflow.db"  # default tracking URI: sqlite:///<abs sweep_dir>/mlflow.db
+
+# sweep.json
+SWEEP_NAME, SWEEP_BASE, SWEEP_SEEDS, SWEEP_BUDGET = "name", "base", "seeds", "budget"
+SWEEP_EXECUTOR, SWEEP_CREATED, SWEEP_MACHINE = "executor", "created", "machine"
+BUDGET_UNIT, BUDGET_BURN_IN, BUDGET_FIT_AT = "unit", "burn_in", "fit_at"
+BUDGET_TARGET, BUDGET_OBSERVED_WINDOW = "target", "observed_window"
+
+# plan.json: one entry per job
+PLAN_RUN_ID, PLAN_AXIS, PLAN_CHOICE, PLAN_VARIANT = "run_id", "axis", "choice", "variant"
+PLAN_SEED, PLAN_RUN_DIR = "seed", "run_dir"
+BASE = "base"  # the axis and the variant name of the base recipe's jobs
+
+# mlflow.json
+MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_ID = "tracking_uri", "experiment_id"
+MLFLOW_PARENT_RUN_ID, MLFLOW_CHILD_RUNS = "parent_run_id", "child_runs"
+
+# config.yaml: the ablation axes (top-level keys, each {name: ..., params...}), in report order
+AXES = ("loss", "aggregation", "advantage_norm", "batch_filter", "curriculum", "length_control",
+        "off_policy", "precision")
+# Flattened config keys left out of config diffs: they differ between jobs without changing the recipe.
+CONFIG_DIFF_IGNORED_PREFIXES = ("seed", "tracking.", "checkpoint.dir", "run_dir")
+
+# --- metrics.jsonl (and the MLflow metric keys, identical) ----------------------------------------
+STEP = "step"
+PASS_RATE = "eval/pass_rate"  # a line is an evaluation line iff it carries this key
+COMPUTE_PREFIX = "compute/"  # the curve's x is COMPUTE_PREFIX + budget.unit
+STEPS_UNIT = "steps"  # budget.unit "steps": the training step itself is the compute axis
+
+# Stability diagnostics (provisional names): key -> (panel title, y label, instability threshold or None).
+# A run that lacks a key gets a note in the report instead of a panel line.
+DIAGNOSTICS: dict[str, tuple[str, str, float | None]] = {
+    "rollout/truncated_frac": ("Truncated responses", "fraction of samples", 0.10),
+    "rollout/interrupted_frac": ("Interrupted thinking", "fraction of samples", None),
+    "rollout/len_mean": ("Response length", "tokens (mean)", None),
+    "loss/clip_frac": ("Clipped tokens (PPO-style losses)", "fraction of tokens", None),
+    "loss/truncated_frac": ("Truncated IS weights (CISPO)", "fraction of tokens", None),
+    "train/staleness": ("Staleness (off-policy)", "trainer steps (mean)", None),
+    "train/entropy": ("Policy entropy", "nats per token", None),
+}
+
+# --- MLflow (the driver's tags and the fit results written back) ----------------------------------
+TAG_PARENT = "mlflow.parentRunId"
+TAG_SWEEP = "scalerl.sweep"  # on the sweep's parent run: the sweep name
+TAG_RUN_ID, TAG_AXIS, TAG_CHOICE = "scalerl.run_id", "scalerl.axis", "scalerl.choice"
+TAG_VARIANT, TAG_SEED = "scalerl.variant", "scalerl.seed"
+TAG_VERDICT = "scalerl.verdict"  # written by reports: the variant's LOO verdict
+TAG_FIT_FLAGS = "scalerl.fit_flags"  # written by reports: trust flags of the run's fit, comma-separated
+PARENT_SWEEP_ARTIFACT = "sweep.json"  # sweep.json copied onto the parent run, so a store alone suffices
+REPORT_ARTIFACT_DIR = "report"  # parent-run artifact folder of the PDF and the figure PNGs
+
+# fit metrics on each job's run: metric key -> column of the run table (that seed's own fit) ...
+FIT_METRICS = {
+    "fit/A": "A",
+    "fit/B": "B",
+    "fit/C_mid": "C_mid",
+    "fit/R0": "R0",
+    "fit/pred_at_target": "pred_at_target",
+    "fit/observed_at_target": "observed_at_target",
+    "fit/error": "error",
+}
+# ... and -> column of the LOO table (the variant's comparison with the base, the same on all its seeds)
+FIT_VARIANT_METRICS = {"fit/delta_A": "delta_A", "fit/delta_B": "delta_B", "fit/B_fixed_A": "B_fixed_A"}
+
+# --- the LOO table (one row per variant; loo_table.csv has these columns in this order) -----------
+LOO_COLUMNS = (
+    "variant", "axis", "choice", "changed", "n_seeds", "n_points", "R0",
+    "A", "A_lo", "A_hi", "A_seed_sd", "B", "B_fixed_A", "B_fixed_A_lo", "B_fixed_A_hi", "C_mid",
+    "pred_at_target", "pred_lo", "pred_hi", "observed_at_target", "error", "within_margin",
+    "delta_A", "delta_B", "verdict", "direction", "flags",
+)
+# the run table (one row per job: that seed's own fit, what goes onto its MLflow run)
+RUN_COLUMNS = ("run_id", "variant", "axis", "choice", "seed", "n_points", "R0", "A", "B", "C_mid",
+               "pred_at_target", "observed_at_target", "error", "within_margin", "flags")

@@ -1,0 +1,201 @@
+"""A sweep as tidy tables (SweepData), read from its run directories; the MLflow reader builds the same frames.
+
+    data = load_sweep("runs/scalerl-loo")
+    data.evals        # one row per evaluation point: run_id, variant, axis, choice, seed, step, compute, pass_rate
+    data.diagnostics  # one row per metrics line with a diagnostic: run_id, variant, seed, step, <diagnostic keys>
+    data.configs      # run_id -> flattened recipe {"loss.name": "cispo", ...}, values as strings
+
+Values of flattened configs are str() of the YAML values, the same strings the driver logs as MLflow
+params, so a config diff reads the same from either source.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from reports import schema
+
+RUN_KEYS = ("run_id", "variant", "axis", "choice", "seed")
+EVAL_COLUMNS = RUN_KEYS + ("step", "compute", "pass_rate")
+
+
+class SweepDataError(ValueError):
+    """A sweep directory or tracking store that cannot be read as a sweep; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The compute budget of the sweep, in `unit`: fit on [burn_in, fit_at], predict and score at target."""
+
+    unit: str
+    burn_in: float
+    fit_at: float
+    target: float
+    observed_window: float | None  # relative half-width of the observed window; None: fitting's default
+
+    @property
+    def compute_key(self) -> str:
+        return schema.COMPUTE_PREFIX + self.unit
+
+
+@dataclass
+class SweepData:
+    """Everything a report needs from one sweep, independent of where it was read from."""
+
+    name: str
+    meta: dict  # sweep.json as read (title page: base, seeds, machine, created, executor)
+    budget: Budget
+    runs: pd.DataFrame  # one row per job: RUN_KEYS
+    evals: pd.DataFrame  # EVAL_COLUMNS, sorted by run and step
+    diagnostics: pd.DataFrame  # RUN_KEYS + step + the diagnostic keys found (NaN where a line lacks one)
+    configs: dict[str, dict[str, str]]  # run_id -> flattened recipe
+    source: str  # where it was read from, for the title page
+    notes: list[str] = field(default_factory=list)  # what was skipped and why
+
+    def variants(self) -> list[str]:
+        """Variant names in report order: base first, then by axis (schema.AXES order), then choice."""
+        first = self.runs.drop_duplicates("variant")
+        axis_rank = {axis: i for i, axis in enumerate((schema.BASE,) + schema.AXES)}
+        ordered = sorted(first.itertuples(), key=lambda r: (axis_rank.get(r.axis, len(axis_rank)), r.axis, r.choice))
+        return [r.variant for r in ordered]
+
+
+def budget_from_meta(meta: Mapping) -> tuple[Budget, list[str]]:
+    """The Budget of sweep.json; fit_at defaults to half the target (the paper's protocol), with a note."""
+    budget = meta.get(schema.SWEEP_BUDGET) or {}
+    notes = []
+    unit = budget.get(schema.BUDGET_UNIT)
+    target = budget.get(schema.BUDGET_TARGET)
+    if not unit or target is None:
+        raise SweepDataError(
+            f"{schema.SWEEP_FILE}: budget needs '{schema.BUDGET_UNIT}' and '{schema.BUDGET_TARGET}'; got {budget!r}"
+        )
+    fit_at = budget.get(schema.BUDGET_FIT_AT)
+    if fit_at is None:
+        fit_at = float(target) / 2
+        notes.append(f"budget.fit_at not set: fitting up to half the target ({fit_at:g})")
+    window = budget.get(schema.BUDGET_OBSERVED_WINDOW)
+    return Budget(unit=str(unit), burn_in=float(budget.get(schema.BUDGET_BURN_IN) or 0.0), fit_at=float(fit_at),
+                  target=float(target), observed_window=None if window is None else float(window)), notes
+
+
+def flatten_config(data: Mapping, prefix: str = "") -> dict[str, str]:
+    """{"loss": {"name": "cispo"}} -> {"loss.name": "cispo"}; leaves as str(), like the driver's MLflow params."""
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = str(value)
+    return flat
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def build_frames(runs: pd.DataFrame, records: Mapping[str, Iterable[dict]], budget: Budget,
+                 notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(evals, diagnostics) frames from metrics records per run_id; the one place both sources meet.
+
+    A record is one metrics.jsonl line (or one MLflow step with every metric logged at it). A record with
+    eval/pass_rate is an evaluation point; its x is compute/<unit> (the step itself for unit "steps").
+    Evaluation points without that compute value are left out with a note; a step seen twice keeps the
+    last record (a resumed run may repeat steps).
+    """
+    eval_rows, diag_rows = [], []
+    for run in runs.itertuples(index=False):
+        by_step: dict[int, dict] = {}
+        for record in records.get(run.run_id, ()):
+            if schema.STEP in record:
+                by_step.setdefault(int(record[schema.STEP]), {}).update(record)
+        run_keys = {key: getattr(run, key) for key in RUN_KEYS}
+        missing_compute = 0
+        for step in sorted(by_step):
+            record = by_step[step]
+            if _finite(record.get(schema.PASS_RATE)):
+                compute = step if budget.unit == schema.STEPS_UNIT else record.get(budget.compute_key)
+                if _finite(compute):
+                    eval_rows.append({**run_keys, "step": step, "compute": float(compute),
+                                      "pass_rate": float(record[schema.PASS_RATE])})
+                else:
+                    missing_compute += 1
+            diagnostics = {key: float(record[key]) for key in schema.DIAGNOSTICS if _finite(record.get(key))}
+            if diagnostics:
+                diag_rows.append({**run_keys, "step": step, **diagnostics})
+        if missing_compute:
+            notes.append(f"{run.variant} seed {run.seed}: {missing_compute} evaluation point(s) without "
+                         f"{budget.compute_key} left out")
+        if not by_step:
+            notes.append(f"{run.variant} seed {run.seed} ({run.run_id}): no metrics recorded; left out of the fits")
+    evals = pd.DataFrame(eval_rows, columns=list(EVAL_COLUMNS))
+    evals = evals.astype({"step": "int64", "seed": "int64", "compute": "float64", "pass_rate": "float64"})
+    diag_columns = list(RUN_KEYS) + ["step"] + [k for k in schema.DIAGNOSTICS if any(k in r for r in diag_rows)]
+    diagnostics = pd.DataFrame(diag_rows, columns=diag_columns)
+    return evals.reset_index(drop=True), diagnostics.reset_index(drop=True)
+
+
+def runs_frame(entries: Iterable[Mapping]) -> pd.DataFrame:
+    """The jobs frame (RUN_KEYS) from plan.json entries or from MLflow tags (same key names)."""
+    rows = [{"run_id": str(e[schema.PLAN_RUN_ID]), "variant": str(e[schema.PLAN_VARIANT]),
+             "axis": str(e[schema.PLAN_AXIS]), "choice": str(e[schema.PLAN_CHOICE]), "seed": int(e[schema.PLAN_SEED])}
+            for e in entries]
+    return pd.DataFrame(rows, columns=list(RUN_KEYS)).astype({"seed": "int64"})
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SweepDataError(f"{path} not found: is {path.parent} a sweep directory?") from None
+    except json.JSONDecodeError as error:
+        raise SweepDataError(f"{path}: not valid JSON ({error})") from None
+
+
+def read_metrics_file(path: Path) -> list[dict]:
+    """The complete JSON lines of a metrics.jsonl (a half-written last line from a kill is skipped)."""
+    records = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    return records
+
+
+def load_sweep(sweep_dir: str | Path) -> SweepData:
+    """Read a sweep directory (sweep.json, plan.json, runs/*/config.yaml and metrics.jsonl) into SweepData."""
+    import yaml
+
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        raise SweepDataError(f"{sweep_dir}: no such sweep directory")
+    meta = _read_json(sweep_dir / schema.SWEEP_FILE)
+    plan = _read_json(sweep_dir / schema.PLAN_FILE)
+    budget, notes = budget_from_meta(meta)
+    try:
+        runs = runs_frame(plan)
+    except (KeyError, TypeError, ValueError) as error:
+        raise SweepDataError(f"{sweep_dir / schema.PLAN_FILE}: an entry lacks or mistypes {error}") from None
+    run_dirs = {str(e[schema.PLAN_RUN_ID]): sweep_dir / e[schema.PLAN_RUN_DIR] for e in plan}
+    records, configs = {}, {}
+    for run_id, run_dir in run_dirs.items():
+        records[run_id] = read_metrics_file(run_dir / schema.METRICS_FILE)
+        config_path = run_dir / schema.CONFIG_FILE
+        if config_path.is_file():
+            configs[run_id] = flatten_config(yaml.safe_load(config_path.read_text()) or {})
+        else:
+            notes.append(f"{run_id}: no {schema.CONFIG_FILE}; its config diff is not shown")
+    evals, diagnostics = build_frames(runs, records, budget, notes)
+    return SweepData(name=str(meta.get(schema.SWEEP_NAME, sweep_dir.name)), meta=meta, budget=budget, runs=runs,
+                     evals=evals, diagnostics=diagnostics, configs=configs,
+                     source=f"run directories of {sweep_dir.resolve()}", notes=notes)

@@ -1,0 +1,333 @@
+"""The LOO table: fits of every variant, their extrapolation scores and verdicts against the base, computed once.
+
+    fits = fit_sweep(load_sweep("runs/scalerl-loo"))
+    fits.table       # one row per variant (schema.LOO_COLUMNS), what loo_table.csv holds
+    fits.run_table   # one row per job: that seed's own fit (what goes onto its MLflow run)
+    print(format_loo_table(fits.table))
+
+Protocol (SCALERL.md section 1): each curve is fitted on burn_in <= C <= fit_at with R0 the step-0
+evaluation, C_mid bounds derived from the window (fitting's default: first C / 100 .. last C * 100,
+in whatever unit budget.unit is), scored at target against the mean of the points within
+target * (1 +- observed_window). With several seeds the table row is the fit of the seed-mean curve
+(pass rate and compute averaged per evaluation step over the seeds that reached it) and A_seed_sd is
+the spread of the per-seed fits' A. Verdicts come from fitting.compare_loo on those fits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from reports import schema
+from reports.sweep_data import SweepData
+
+DEFAULT_N_BOOT = 500  # bootstrap draws per interval: ~1 s per variant on the 2-core reference machine
+
+
+@dataclass
+class VariantFit:
+    """One variant's fitted curve (seed mean when several seeds) with its bootstrap, score and seed fits."""
+
+    variant: str
+    axis: str
+    choice: str
+    seeds: list[int]
+    curve: pd.DataFrame  # step, compute, pass_rate of the fitted curve
+    fit: object  # fitting.FitResult
+    boot: object  # fitting.BootstrapResult, with the prediction at target
+    score: object  # fitting.ExtrapolationScore
+    seed_fits: dict[int, object] = field(default_factory=dict)  # seed -> FitResult (None when it failed)
+    seed_scores: dict[int, object] = field(default_factory=dict)
+    spread: object | None = None  # fitting.SeedSpread when >= 2 seeds fitted
+
+
+@dataclass
+class SweepFits:
+    """Every fit of a sweep and the LOO comparison; `table` and `run_table` are derived from it."""
+
+    data: SweepData
+    variants: dict[str, VariantFit]  # in report order; variants that could not be fitted are absent
+    failures: dict[str, str]  # variant -> why it was not fitted
+    comparison: object | None  # fitting.LooComparison; None without a fitted base
+    notes: list[str]
+    n_boot: int
+
+    @property
+    def table(self) -> pd.DataFrame:
+        return _loo_frame(self)
+
+    @property
+    def run_table(self) -> pd.DataFrame:
+        return _run_frame(self)
+
+    def caption(self) -> str:
+        """What the table shows, in one sentence (the report and the printed table use it)."""
+        budget, seeds = self.data.budget, self.data.runs["seed"].nunique()
+        window = f"fit on {budget.burn_in:g} <= C <= {budget.fit_at:g} {budget.unit}, predicted at {budget.target:g}"
+        if seeds > 1:
+            return (f"{window}; each row fits the seed-mean curve over {seeds} seeds "
+                    "(A_seed_sd: sd of the per-seed fits' A)")
+        return f"{window}; one seed per variant"
+
+
+def _r0_options(curve: pd.DataFrame) -> tuple[dict, str | None]:
+    """R0 = the step-0 evaluation; without one, R0 is fitted (and the caller gets a note)."""
+    first = curve[curve["step"] == 0]
+    if len(first):
+        return {"r0": float(first["pass_rate"].iloc[0])}, None
+    return {"fit_r0": True}, "no step-0 evaluation: R0 fitted"
+
+
+def _fit_curve(curve: pd.DataFrame, budget):
+    from fitting import fit_sigmoid, score_extrapolation
+
+    options, note = _r0_options(curve)
+    compute, pass_rate = curve["compute"].to_numpy(), curve["pass_rate"].to_numpy()
+    fit = fit_sigmoid(compute, pass_rate, burn_in=budget.burn_in, fit_until=budget.fit_at, c_mid_bounds=None,
+                      **options)
+    halfwidth = {} if budget.observed_window is None else {"observed_halfwidth": budget.observed_window}
+    score = score_extrapolation(fit, compute, pass_rate, target=budget.target, **halfwidth)
+    return fit, score, note
+
+
+def seed_mean_curve(evals: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Mean (compute, pass_rate) per step over seeds, on the steps every seed reached; (curve, steps dropped)."""
+    seeds = evals["seed"].nunique()
+    grouped = evals.groupby("step").agg(compute=("compute", "mean"), pass_rate=("pass_rate", "mean"),
+                                        n=("seed", "nunique"))
+    kept = grouped[grouped["n"] == seeds].reset_index()
+    return kept[["step", "compute", "pass_rate"]], int((grouped["n"] < seeds).sum())
+
+
+def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> SweepFits:
+    """Fit every variant (each seed, and the seed mean), bootstrap, score at target, compare with the base."""
+    from fitting import FitInputError, bootstrap_fit, compare_loo, seed_spread
+
+    budget, notes, failures, variants = data.budget, list(data.notes), {}, {}
+    for name in data.variants():
+        rows = data.evals[data.evals["variant"] == name]
+        job = data.runs[data.runs["variant"] == name].iloc[0]
+        if rows.empty:
+            failures[name] = "no evaluation points"
+            continue
+        seed_fits, seed_scores = {}, {}
+        for run_seed, seed_rows in rows.groupby("seed"):
+            try:
+                seed_fits[run_seed], seed_scores[run_seed], _ = _fit_curve(seed_rows.sort_values("step"), budget)
+            except FitInputError as error:
+                notes.append(f"{name} seed {run_seed}: not fitted: {error}")
+        curve, dropped = seed_mean_curve(rows) if rows["seed"].nunique() > 1 else (
+            rows.sort_values("step")[["step", "compute", "pass_rate"]].reset_index(drop=True), 0)
+        if dropped:
+            notes.append(f"{name}: {dropped} evaluation step(s) not reached by every seed left out of the seed mean")
+        try:
+            fit, score, r0_note = _fit_curve(curve, budget)
+            boot = bootstrap_fit(fit, n_boot=n_boot, target=budget.target, seed=seed)
+        except FitInputError as error:
+            failures[name] = str(error)
+            continue
+        if r0_note:
+            notes.append(f"{name}: {r0_note}")
+        fitted = [f for f in seed_fits.values() if f is not None]
+        variants[name] = VariantFit(
+            variant=name, axis=str(job["axis"]), choice=str(job["choice"]), seeds=sorted(rows["seed"].unique()),
+            curve=curve, fit=fit, boot=boot, score=score, seed_fits=seed_fits, seed_scores=seed_scores,
+            spread=seed_spread(fitted, target=budget.target) if len(fitted) >= 2 else None)
+    for name, reason in failures.items():
+        notes.append(f"{name}: not fitted: {reason}")
+    comparison = None
+    if schema.BASE in variants:
+        comparison = compare_loo({n: v.fit for n, v in variants.items()}, base=schema.BASE, n_boot=n_boot, seed=seed)
+    elif variants:
+        notes.append("no fitted base run: no deltas and no verdicts")
+    return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
+                     n_boot=n_boot)
+
+
+def loo_table(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> pd.DataFrame:
+    """One row per variant (schema.LOO_COLUMNS); the single place the LOO table is computed."""
+    return fit_sweep(data, n_boot=n_boot, seed=seed).table
+
+
+def changed_axis(data: SweepData, variant: str, axis: str, choice: str) -> str:
+    """'loss: cispo -> dapo' from the configs (the axis' component name, else its changed parameters)."""
+    if axis == schema.BASE:
+        return ""
+    runs = data.runs
+    pairs = [(runs[(runs["variant"] == schema.BASE) & (runs["seed"] == s)]["run_id"], r)
+             for s, r in runs[runs["variant"] == variant][["seed", "run_id"]].itertuples(index=False)]
+    for base_ids, run_id in pairs:
+        if len(base_ids) and base_ids.iloc[0] in data.configs and run_id in data.configs:
+            base, other = data.configs[base_ids.iloc[0]], data.configs[run_id]
+            name_key = f"{axis}.name"
+            if base.get(name_key) != other.get(name_key):
+                return f"{axis}: {base.get(name_key, '?')} -> {other.get(name_key, '?')}"
+            keys = sorted(k for k in set(base) | set(other)
+                          if k.startswith(axis + ".") and base.get(k) != other.get(k))
+            if keys:
+                return "; ".join(f"{k}: {base.get(k, '-')} -> {other.get(k, '-')}" for k in keys)
+    return f"{axis}: base -> {choice}"
+
+
+def config_diff(data: SweepData, variant: str) -> list[tuple[str, str, str]] | None:
+    """(key, base value, variant value) for every flattened key that differs from the base of the same seed."""
+    runs = data.runs
+    for run_seed, run_id in runs[runs["variant"] == variant][["seed", "run_id"]].itertuples(index=False):
+        base_ids = runs[(runs["variant"] == schema.BASE) & (runs["seed"] == run_seed)]["run_id"]
+        if len(base_ids) and base_ids.iloc[0] in data.configs and run_id in data.configs:
+            base, other = data.configs[base_ids.iloc[0]], data.configs[run_id]
+            keys = sorted(k for k in set(base) | set(other) if base.get(k) != other.get(k)
+                          and not k.startswith(schema.CONFIG_DIFF_IGNORED_PREFIXES))
+            return [(k, base.get(k, "(absent)"), other.get(k, "(absent)")) for k in keys]
+    return None
+
+
+def diagnostics_table(data: SweepData, tail: float = 0.25) -> pd.DataFrame:
+    """Per variant and diagnostic: mean over the last `tail` of each run's steps, and the largest value.
+
+    Columns "<key> tail" and "<key> max"; with several seeds, the mean of the runs' tail means and the
+    largest max. Keys no run logged are absent; a variant without the key has NaN.
+    """
+    frame = data.diagnostics
+    keys = [k for k in schema.DIAGNOSTICS if k in frame.columns]
+    rows = []
+    for name in data.variants():
+        row = {"variant": name}
+        runs = frame[frame["variant"] == name]
+        for key in keys:
+            tails, peaks = [], []
+            for _, run in runs.groupby("run_id"):
+                values = run[["step", key]].dropna()
+                if len(values):
+                    last = values["step"] >= values["step"].max() * (1 - tail)
+                    tails.append(values[key][last].mean())
+                    peaks.append(values[key].max())
+            row[f"{key} tail"] = float(np.mean(tails)) if tails else math.nan
+            row[f"{key} max"] = float(np.max(peaks)) if peaks else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["variant"] + [f"{k} {s}" for k in keys for s in ("tail", "max")])
+
+
+def _loo_frame(fits: SweepFits) -> pd.DataFrame:
+    rows, comparison = [], fits.comparison
+    for name in fits.data.variants():
+        job = fits.data.runs[fits.data.runs["variant"] == name].iloc[0]
+        row = dict.fromkeys(schema.LOO_COLUMNS, math.nan)
+        row.update(variant=name, axis=job["axis"], choice=job["choice"],
+                   changed=changed_axis(fits.data, name, job["axis"], job["choice"]),
+                   n_seeds=int(fits.data.runs[fits.data.runs["variant"] == name]["seed"].nunique()),
+                   within_margin=None, verdict="not fitted", direction="", flags="")
+        v = fits.variants.get(name)
+        if v is not None:
+            fit, boot, score = v.fit, v.boot, v.score
+            row.update(n_points=fit.n_points, R0=fit.r0, A=fit.a, A_lo=boot.a_ci[0], A_hi=boot.a_ci[1], B=fit.b,
+                       C_mid=fit.c_mid, pred_at_target=score.predicted, pred_lo=boot.prediction_ci[0],
+                       pred_hi=boot.prediction_ci[1], observed_at_target=score.observed, error=score.error,
+                       within_margin=score.within_margin, verdict="-",
+                       flags=", ".join(dict.fromkeys(score.flags + boot.flags)))
+            if v.spread is not None:
+                row["A_seed_sd"] = v.spread.std["a"]
+            if comparison is not None:
+                c = comparison.variants[name]
+                row.update(B_fixed_A=c.fixed_a_fit.b, B_fixed_A_lo=c.b_fixed_ci[0], B_fixed_A_hi=c.b_fixed_ci[1],
+                           delta_A=c.delta_a, delta_B=c.delta_b, verdict=c.verdict, direction=c.direction or "")
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=list(schema.LOO_COLUMNS))
+    frame["n_points"] = frame["n_points"].astype("Int64")
+    frame.attrs.update(caption=fits.caption(), unit=fits.data.budget.unit, target=fits.data.budget.target,
+                       fixed_a=comparison.fixed_a if comparison is not None else math.nan)
+    return frame
+
+
+def _run_frame(fits: SweepFits) -> pd.DataFrame:
+    rows = []
+    for job in fits.data.runs.itertuples(index=False):
+        row = dict.fromkeys(schema.RUN_COLUMNS, math.nan)
+        row.update(run_id=job.run_id, variant=job.variant, axis=job.axis, choice=job.choice, seed=job.seed,
+                   within_margin=None, flags="not fitted")
+        v = fits.variants.get(job.variant)
+        fit = v.seed_fits.get(job.seed) if v is not None else None
+        if fit is not None:
+            score = v.seed_scores[job.seed]
+            row.update(n_points=fit.n_points, R0=fit.r0, A=fit.a, B=fit.b, C_mid=fit.c_mid,
+                       pred_at_target=score.predicted, observed_at_target=score.observed, error=score.error,
+                       within_margin=score.within_margin, flags=", ".join(score.flags))
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(schema.RUN_COLUMNS))
+
+
+# --- plain-text table ------------------------------------------------------------------------------
+
+def sig3(value: float) -> str:
+    """Three significant figures, no exponent for compute-sized numbers (2542 -> 2540, 61.27 -> 61.3)."""
+    if value is None or not np.isfinite(value):
+        return "-"
+    if abs(value) >= 100:
+        return f"{round(value, 2 - int(math.floor(math.log10(abs(value))))):.0f}"
+    return f"{value:.3g}"
+
+
+def fmt(value, spec: str) -> str:
+    return "-" if value is None or pd.isna(value) else format(value, spec)
+
+
+def verdict_text(row, split: str = " ") -> str:
+    if not row["direction"]:
+        return row["verdict"]
+    return f"{row['verdict']}{split}({row['direction']} {'A' if row['verdict'] == 'ceiling mover' else 'B'})"
+
+
+def margin_mark(value) -> str:
+    return "-" if value is None or pd.isna(value) else ("yes" if value else "NO")
+
+
+def table_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and formatted cells of the LOO table: A to 3 decimals, B to 2, C_mid to 3 significant figures.
+
+    stacked=True puts intervals and verdict directions on a second line of their cell (the PDF table).
+    """
+    target = table.attrs.get("target")
+    at = f"@{target:g}" if target else "@target"
+    fixed_a = table.attrs.get("fixed_a", math.nan)
+    seeds = bool(table["A_seed_sd"].notna().any())
+    split = "\n" if stacked else " "
+    header = ["variant", "change (base -> alternative)", "A [95% CI]"] + (["A seed sd"] if seeds else []) + [
+        "B", f"B at{split}A={fmt(fixed_a, '.3f')}", "C_mid", f"pred{at}{split}[95% CI]", f"obs{at}", "error", "ok",
+        "verdict"]
+
+    def with_ci(value, low, high):
+        return f"{fmt(value, '.3f')}{split}[{fmt(low, '.3f')}, {fmt(high, '.3f')}]" if pd.notna(value) else "-"
+
+    rows = []
+    for _, r in table.iterrows():
+        change = r["changed"] or "-"
+        if stacked and change.startswith((f"{r['axis']}: ", f"{r['axis']}.")):
+            change = change[len(r["axis"]) + 1:].lstrip()  # the variant cell already names the axis
+        rows.append([r["variant"], change, with_ci(r["A"], r["A_lo"], r["A_hi"])]
+                    + ([fmt(r["A_seed_sd"], ".3f")] if seeds else [])
+                    + [fmt(r["B"], ".2f"), fmt(r["B_fixed_A"], ".2f"), sig3(r["C_mid"]),
+                       with_ci(r["pred_at_target"], r["pred_lo"], r["pred_hi"]), fmt(r["observed_at_target"], ".3f"),
+                       fmt(r["error"], "+.3f"), margin_mark(r["within_margin"]), verdict_text(r, split)])
+    return header, rows
+
+
+def format_loo_table(table: pd.DataFrame) -> str:
+    """The LOO table as aligned plain text, with its caption and the meaning of every flag that occurs."""
+    from fitting import FLAG_MEANINGS
+
+    header, rows = table_cells(table)
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if table.attrs.get("caption"):
+        lines.insert(0, table.attrs["caption"])
+    flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]
+    if flagged:
+        lines.append("\nflags (reasons not to trust a fit):")
+        lines += [f"  {name}: {text}" for name, text in flagged]
+        for flag in dict.fromkeys(f for _, text in flagged for f in text.split(", ") if f in FLAG_MEANINGS):
+            lines.append(f"    {flag}: {FLAG_MEANINGS[flag]}")
+    return "\n".join(lines)

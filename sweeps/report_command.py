@@ -1,0 +1,55 @@
+"""`sweep report`: the PDF ablation report and LOO table of a sweep directory, or of a sweep in an MLflow store.
+
+    sweep report runs/scalerl-loo                       # report.pdf, loo_table.csv, figures, MLflow fit results
+    sweep report runs/scalerl-loo -o paper/loo.pdf
+    sweep report --tracking-uri http://mlflow:5000 --experiment scalerl-loo -o loo.pdf   # no run directories
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sweep_dir", nargs="?", metavar="SWEEP_DIR",
+                        help="sweep directory (sweep.json, plan.json, runs/); omit with --tracking-uri")
+    parser.add_argument("-o", "--output", metavar="REPORT.pdf",
+                        help="PDF path (default SWEEP_DIR/report.pdf; required with --tracking-uri)")
+    parser.add_argument("--tracking-uri", help="read the sweep from this MLflow store instead of run directories")
+    parser.add_argument("--experiment", help="with --tracking-uri: the sweep's experiment (name or id)")
+    parser.add_argument("--parent-run-id", help="with --tracking-uri: the sweep's parent run when there are several")
+    parser.add_argument("--n-boot", type=int, default=500, help="bootstrap draws per interval (default 500)")
+    parser.add_argument("--no-mlflow", action="store_true", help="do not log fit results to the sweep's MLflow runs")
+
+
+def run(args) -> int:
+    from sweeps.cli import UsageError
+
+    if args.n_boot < 2:
+        raise UsageError(f"--n-boot must be >= 2; got {args.n_boot}")
+    from reports import schema
+    from reports.publish import publish, report_sweep
+    from reports.sweep_data import SweepDataError
+
+    try:
+        if args.tracking_uri:
+            if args.sweep_dir or not args.experiment or not args.output:
+                raise UsageError("--tracking-uri reads the sweep from MLflow: give --experiment and -o REPORT.pdf, "
+                                 "and no SWEEP_DIR")
+            from reports.mlflow_source import load_sweep_from_mlflow
+
+            data = load_sweep_from_mlflow(args.tracking_uri, args.experiment, parent_run_id=args.parent_run_id)
+            pdf = Path(args.output)
+            outputs = publish(data, pdf=pdf, csv=pdf.with_suffix(".csv"), figures_dir=None, n_boot=args.n_boot)
+        else:
+            if not args.sweep_dir:
+                raise UsageError("give a SWEEP_DIR, or --tracking-uri with --experiment")
+            outputs = report_sweep(args.sweep_dir, args.output, n_boot=args.n_boot, log_mlflow=not args.no_mlflow)
+    except SweepDataError as error:
+        raise UsageError(str(error)) from None
+    print(outputs.text)
+    print(f"\nLOO table: {outputs.csv}\nreport:    {outputs.pdf}")
+    if outputs.mlflow_logged:
+        print(f"MLflow:    fit/* metrics and {schema.TAG_VERDICT} on every job run; report files on the parent run")
+    return 0

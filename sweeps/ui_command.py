@@ -1,0 +1,76 @@
+"""`sweep ui`: the MLflow UI on a sweep's tracking store, on localhost; prints the runs table's URL.
+
+    sweep ui runs/scalerl-loo              # until Ctrl-C
+    sweep ui runs/scalerl-loo --port 5000 --detach
+
+The store is the one in SWEEP_DIR/mlflow.json (the driver writes it), else SWEEP_DIR/mlflow.db.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sweep_dir", metavar="SWEEP_DIR", help="sweep directory")
+    parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--detach", action="store_true",
+                        help="leave the UI running and return (stop it with the printed kill command)")
+
+
+def _store(sweep_dir: Path) -> tuple[str, str | None]:
+    """(tracking URI, experiment id) of the sweep: mlflow.json, else the default SQLite store and the sweep's name."""
+    import json
+
+    from reports import schema
+    from reports.mlflow_sync import read_mlflow_file
+    from sweeps.cli import UsageError
+
+    info = read_mlflow_file(sweep_dir)
+    if info is not None:
+        return info[schema.MLFLOW_TRACKING_URI], str(info[schema.MLFLOW_EXPERIMENT_ID])
+    store = sweep_dir / schema.DEFAULT_STORE
+    if not store.is_file():
+        raise UsageError(f"{sweep_dir} has neither {schema.MLFLOW_FILE} nor {schema.DEFAULT_STORE}: no MLflow store")
+    uri = f"sqlite:///{store.resolve()}"
+    from mlflow.tracking import MlflowClient
+
+    name = json.loads((sweep_dir / schema.SWEEP_FILE).read_text()).get(schema.SWEEP_NAME)
+    experiment = MlflowClient(tracking_uri=uri).get_experiment_by_name(name) if name else None
+    return uri, experiment.experiment_id if experiment else None
+
+
+def run(args) -> int:
+    from sweeps.cli import UsageError
+
+    sweep_dir = Path(args.sweep_dir)
+    if not sweep_dir.is_dir():
+        raise UsageError(f"{sweep_dir}: no such sweep directory")
+    if args.port is not None and not 0 < args.port < 65536:
+        raise UsageError(f"--port must be in 1..65535; got {args.port}")
+    from reports.ui import UiError, jobs_url, start_ui
+
+    uri, experiment_id = _store(sweep_dir)
+    try:
+        url, stop = start_ui(uri, port=args.port, experiment_id=experiment_id)
+    except UiError as error:
+        print(f"sweep ui: {error}")
+        return 1
+    print(f"MLflow UI on {uri}\nexperiment runs: {url}", flush=True)
+    if experiment_id is not None:
+        print(f"jobs by fit/A:   {jobs_url(url)}", flush=True)
+    if args.detach:
+        print(f"stop it with: kill -- -{stop.pid}")
+        return 0
+    print("Ctrl-C stops it.", flush=True)
+    try:
+        while stop.process.poll() is None:
+            time.sleep(1)
+        print(f"sweep ui: the MLflow UI exited with status {stop.process.returncode}")
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        stop()

@@ -1,0 +1,58 @@
+"""`sweep report` and `sweep ui` (sweeps/report_command.py, sweeps/ui_command.py) run in-process."""
+
+import os
+import re
+import signal
+import urllib.request
+
+import pandas as pd
+
+from reports import schema
+from sweeps.cli import main
+from tests.reports.synthetic import log_to_mlflow, make_sweep
+
+
+def test_report_writes_table_pdf_and_figures_and_prints_the_table(tmp_path, capsys):
+    sweep_dir = make_sweep(tmp_path, variants=("base", "precision=fp32_head=false"))
+    assert main(["report", str(sweep_dir), "--n-boot", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "precision=fp32_head=false" in out and "ceiling mover (lower A)" in out
+    assert f"report:    {sweep_dir / schema.REPORT_FILE}" in out and "MLflow:" not in out
+    table = pd.read_csv(sweep_dir / schema.LOO_TABLE_FILE)
+    assert list(table.columns) == list(schema.LOO_COLUMNS) and len(table) == 2
+    assert (sweep_dir / schema.REPORT_FILE).stat().st_size > 10_000
+    assert sorted(p.name for p in (sweep_dir / schema.FIGURES_DIR).iterdir()) == [
+        "curves.png", "deltas.png", "diagnostics.png", "fixed_a_slopes.png", "variants.png"]
+
+
+def test_report_usage_errors_exit_2_with_one_line(tmp_path, capsys):
+    assert main(["report"]) == 2
+    assert "give a SWEEP_DIR, or --tracking-uri" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing")]) == 2
+    assert "no such sweep directory" in capsys.readouterr().err
+    assert main(["report", "--tracking-uri", "sqlite:///x.db", "-o", "x.pdf"]) == 2
+    assert "give --experiment" in capsys.readouterr().err
+    assert main(["report", str(tmp_path), "--n-boot", "1"]) == 2
+
+
+def test_ui_detached_prints_the_runs_url_and_a_kill_command(tmp_path, capsys):
+    sweep_dir = make_sweep(tmp_path, variants=("base",))
+    log_to_mlflow(sweep_dir)
+    assert main(["ui", str(sweep_dir), "--detach"]) == 0
+    out = capsys.readouterr().out
+    pgid = int(re.search(r"kill -- -(\d+)", out).group(1))
+    try:
+        url = re.search(r"experiment runs: (\S+)", out).group(1)
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/#/experiments/\d+/runs", url)
+        with urllib.request.urlopen(url.split("/#")[0] + "/health", timeout=10) as response:
+            assert response.status == 200
+        assert "jobs by fit/A:" in out
+    finally:
+        os.killpg(pgid, signal.SIGTERM)
+        os.waitpid(pgid, 0)  # the group leader is this process's child: reap it
+
+
+def test_ui_without_a_store_exits_2(tmp_path, capsys):
+    sweep_dir = make_sweep(tmp_path, variants=("base",))
+    assert main(["ui", str(sweep_dir)]) == 2
+    assert "no MLflow store" in capsys.readouterr().err

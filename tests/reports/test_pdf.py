@@ -1,0 +1,121 @@
+"""The PDF report looked at the way a person sees it: every page rendered to PNG with pdftoppm."""
+
+import subprocess
+
+import matplotlib.pyplot as plt
+import matplotlib.text
+import pytest
+
+from reports.pdf import FIGURES, report_pages, write_report
+from tests.reports.tools import ensure_tool, ink_fraction
+
+# title, table, curves, variants, fixed-A slopes, deltas, diagnostics, diagnostics table, config diff, notes
+# (the notes page exists because the DAPO run lacks interrupted_frac and CISPO runs lack clip_frac)
+EXPECTED_PAGES = ["title", "table", "curves", "variants", "fixed_a_slopes", "deltas", "diagnostics",
+                  "diagnostics_table", "config_diff", "notes"]
+
+
+def page_names(fits) -> list[str]:
+    pages = report_pages(fits)
+    for _, fig in pages:
+        plt.close(fig)
+    return [name for name, _ in pages]
+
+
+@pytest.fixture(scope="module")
+def rendered(sweep_fits, tmp_path_factory):
+    """The report written to PDF and every page rendered to PNG at 60 dpi: (pdf, [png, ...], figure PNGs)."""
+    pdftoppm = ensure_tool("pdftoppm", "install-poppler.sh")
+    folder = tmp_path_factory.mktemp("report")
+    pdf = folder / "report.pdf"
+    figure_pngs = write_report(sweep_fits, pdf, folder / "figures")
+    subprocess.run([pdftoppm, "-r", "60", "-png", str(pdf), str(folder / "page")], check=True, timeout=120)
+    return pdf, sorted(folder.glob("page-*.png")), figure_pngs
+
+
+def test_page_count_and_order(rendered, sweep_fits):
+    _, pages, _ = rendered
+    assert len(pages) == len(EXPECTED_PAGES)
+    assert page_names(sweep_fits) == EXPECTED_PAGES
+
+
+def test_every_figure_page_carries_a_drawing(rendered):
+    _, pages, figure_pngs = rendered
+    for index, name in enumerate(EXPECTED_PAGES):
+        ink = ink_fraction(pages[index])
+        # figures fill their page; text pages (title, tables, diffs) still have visible text
+        assert ink > (0.04 if name in FIGURES else 0.005), f"page {index + 1} ({name}) looks blank: {ink:.4f}"
+    assert [p.stem for p in figure_pngs] == [name for name in EXPECTED_PAGES if name in FIGURES]
+    assert all(ink_fraction(p) > 0.04 for p in figure_pngs)
+
+
+def test_pages_are_landscape_a4(rendered):
+    import matplotlib.image
+
+    _, pages, _ = rendered
+    height, width = matplotlib.image.imread(str(pages[2])).shape[:2]
+    assert width == pytest.approx(11.69 * 60, abs=2) and height == pytest.approx(8.27 * 60, abs=2)
+
+
+def _undrawn_texts(fig) -> set:
+    """Texts of hidden axes, and tick labels the locators made beyond an axis' view limits: never drawn."""
+    hidden = set()
+    for ax in fig.axes:
+        if not ax.get_visible():
+            hidden.update(ax.findobj(matplotlib.text.Text))
+        for axis in (ax.xaxis, ax.yaxis):
+            low, high = sorted(axis.get_view_interval())
+            slack = (high - low) * 1e-6
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not low - slack <= tick.get_loc() <= high + slack:
+                    hidden.update((tick.label1, tick.label2))
+    return hidden
+
+
+def test_text_is_at_least_9_points_and_inside_the_page(sweep_fits):
+    for name, fig in report_pages(sweep_fits):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        page = fig.bbox
+        hidden = _undrawn_texts(fig)
+        for text in fig.findobj(matplotlib.text.Text):
+            if not text.get_visible() or not text.get_text().strip() or text in hidden:
+                continue
+            assert text.get_fontsize() >= 9, f"{name}: {text.get_text()[:40]!r} at {text.get_fontsize()} pt"
+            box = text.get_window_extent(renderer)
+            inside = page.x0 - 1 <= box.x0 and box.x1 <= page.x1 + 1 and page.y0 - 1 <= box.y0 and box.y1 <= page.y1 + 1
+            assert inside, f"{name}: {text.get_text()[:60]!r} runs off the page"
+        plt.close(fig)
+
+
+def test_the_table_page_shows_the_fitted_numbers(rendered, sweep_fits):
+    pdf, _, _ = rendered
+    pdftotext = ensure_tool("pdftotext", "install-poppler.sh")
+    text = subprocess.run([pdftotext, "-layout", "-f", "2", "-l", "2", str(pdf), "-"], capture_output=True,
+                          text=True, check=True).stdout
+    for row in sweep_fits.table.itertuples():
+        assert f"{row.A:.3f} " in text and f"{row.B:.2f}" in text, row.variant
+    assert "efficiency shaper" in text and "ceiling mover" in text and "no detectable effect" in text
+    title = subprocess.run([pdftotext, "-f", "1", "-l", "1", str(pdf), "-"], capture_output=True, text=True,
+                           check=True).stdout
+    assert "synthetic-loo" in title and "fit at 120; target 240" in title and "test machine (2 cores)" in title
+
+
+def test_a_sweep_with_nothing_fitted_still_gets_a_report_saying_why(tmp_path):
+    from reports.sweep_data import load_sweep
+    from reports.tables import fit_sweep
+    from tests.reports.synthetic import make_sweep
+
+    data = load_sweep(make_sweep(tmp_path, variants=("base", "loss=dapo")))
+    data.evals = data.evals[data.evals["step"] <= 5]  # one evaluation after step 0: too few points to fit
+    fits = fit_sweep(data, n_boot=20)
+    assert not fits.variants and fits.comparison is None
+    pages = report_pages(fits)
+    notes = pages[-1][1].texts[-1].get_text()
+    for _, fig in pages:
+        plt.close(fig)
+    assert [name for name, _ in pages] == [
+        "title", "table", "curves", "diagnostics", "diagnostics_table", "config_diff", "notes"]
+    assert "base: not fitted: the fit window" in notes
+    write_report(fits, tmp_path / "report.pdf")
+    assert (tmp_path / "report.pdf").stat().st_size > 10_000

@@ -1,0 +1,110 @@
+"""The LOO table: real fits of the synthetic sweep, verdicts, seed means, precision of the printed numbers."""
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from reports import schema
+from reports.sweep_data import load_sweep
+from reports.tables import config_diff, diagnostics_table, fit_sweep, format_loo_table, seed_mean_curve, sig3
+from tests.reports.synthetic import EXPECTED_VERDICTS, VARIANTS, make_sweep
+
+
+def test_verdicts_and_parameters_recover_the_synthetic_truth(sweep_fits):
+    table = sweep_fits.table.set_index("variant")
+    assert table["verdict"].to_dict() == EXPECTED_VERDICTS
+    assert table.loc["loss=dapo", "direction"] == "higher"  # B 3.2 against 2.0
+    assert table.loc["precision=fp32_head=false", "direction"] == "lower"  # A 0.52 against 0.62
+    for variant, (_, _, _, (a, b, c_mid), _) in VARIANTS.items():
+        row = table.loc[variant]
+        assert row["A"] == pytest.approx(a, abs=0.03), variant
+        assert row["A_lo"] < row["A"] < row["A_hi"]
+        assert row["C_mid"] == pytest.approx(c_mid, rel=0.15), variant
+        assert row["R0"] == 0.30 and row["n_seeds"] == 1 and math.isnan(row["A_seed_sd"])
+        assert row["within_margin"] is True or row["within_margin"] == True  # noqa: E712 (numpy bool)
+        assert abs(row["error"]) <= 0.02 and row["pred_lo"] < row["pred_at_target"] < row["pred_hi"]
+    assert table.loc["base", "delta_A"] == 0 and table.loc["base", "delta_B"] == 0
+    assert list(sweep_fits.table.columns) == list(schema.LOO_COLUMNS)
+
+
+def test_changed_axis_names_the_base_and_the_alternative(sweep_fits):
+    changed = sweep_fits.table.set_index("variant")["changed"].to_dict()
+    assert changed == {"base": "", "loss=dapo": "loss: cispo -> dapo",
+                       "aggregation=sample_mean": "aggregation: prompt_mean -> sample_mean",
+                       "precision=fp32_head=false": "precision.fp32_head: True -> False"}
+    assert config_diff(sweep_fits.data, "loss=dapo") == [
+        ("loss.eps_high", "(absent)", "0.26"), ("loss.eps_low", "(absent)", "0.2"),
+        ("loss.eps_max", "4.0", "(absent)"), ("loss.name", "cispo", "dapo")]
+
+
+def test_run_table_holds_each_jobs_own_fit(sweep_fits):
+    runs = sweep_fits.run_table
+    assert list(runs.columns) == list(schema.RUN_COLUMNS) and len(runs) == len(VARIANTS)
+    table = sweep_fits.table.set_index("variant")
+    for row in runs.itertuples():
+        assert row.A == pytest.approx(table.loc[row.variant, "A"])  # one seed: the job's curve is the variant's
+
+
+def test_printed_table_precision(sweep_fits):
+    text = format_loo_table(sweep_fits.table)
+    lines = text.splitlines()
+    assert lines[0].startswith("fit on 0 <= C <= 120 device_seconds, predicted at 240")
+    base = next(line for line in lines if line.startswith("base "))
+    row = sweep_fits.table.iloc[0]
+    a, b, c_mid = f"{row['A']:.3f}", f"{row['B']:.2f}", sig3(row["C_mid"])
+    assert re.search(rf"{a} \[\d\.\d{{3}}, \d\.\d{{3}}\]\s+{b}\s+\d\.\d\d\s+{re.escape(c_mid)}\s", base), base
+    assert re.fullmatch(r"\d{2}\.\d|\d{3}", c_mid)  # C_mid ~ 60: three significant figures
+    assert "efficiency shaper (higher B)" in text and "ceiling mover (lower A)" in text
+    assert [sig3(v) for v in (2542.0, 61.27, 0.01234, float("nan"))] == ["2540", "61.3", "0.0123", "-"]
+
+
+def test_unreached_target_is_unscored_and_flagged(tmp_path):
+    sweep_dir = make_sweep(tmp_path, variants=("base", "loss=dapo"))
+    data = load_sweep(sweep_dir)
+    data.evals = data.evals[~((data.evals["variant"] == "loss=dapo") & (data.evals["compute"] > 200))]
+    table = fit_sweep(data, n_boot=50).table.set_index("variant")
+    row = table.loc["loss=dapo"]
+    assert math.isnan(row["observed_at_target"]) and math.isnan(row["error"]) and row["within_margin"] is None
+    assert "no_observation_at_target" in row["flags"]
+    assert np.isfinite(row["pred_at_target"])
+    assert "no_observation_at_target: no evaluation point near the target" in format_loo_table(table.reset_index())
+
+
+def test_several_seeds_fit_the_seed_mean_and_report_the_spread(tmp_path):
+    sweep_dir = make_sweep(tmp_path, seeds=(0, 1), variants=("base", "precision=fp32_head=false"))
+    data = load_sweep(sweep_dir)
+    fits = fit_sweep(data, n_boot=50)
+    table = fits.table.set_index("variant")
+    assert (table["n_seeds"] == 2).all() and (table["A_seed_sd"] > 0).all()
+    assert "seed-mean curve over 2 seeds" in fits.caption() and "A seed sd" in format_loo_table(fits.table)
+    base_rows = data.evals[data.evals["variant"] == "base"]
+    curve, dropped = seed_mean_curve(base_rows)
+    assert dropped == 0
+    expected = base_rows.groupby("step")["pass_rate"].mean().to_numpy()
+    np.testing.assert_allclose(fits.variants["base"].curve["pass_rate"], expected)
+    seed_a = [fits.variants["base"].seed_fits[s].a for s in (0, 1)]
+    assert min(seed_a) - 0.01 < table.loc["base", "A"] < max(seed_a) + 0.01
+    assert fits.run_table.set_index("run_id")["A"].nunique() == 4  # every job has its own fit
+
+
+def test_a_variant_that_cannot_be_fitted_gets_a_row_and_a_note(tmp_path):
+    sweep_dir = make_sweep(tmp_path, variants=("base", "loss=dapo"))
+    data = load_sweep(sweep_dir)
+    data.evals = data.evals[~((data.evals["variant"] == "loss=dapo") & (data.evals["step"] > 0))]
+    fits = fit_sweep(data, n_boot=50)
+    row = fits.table.set_index("variant").loc["loss=dapo"]
+    assert row["verdict"] == "not fitted" and math.isnan(row["A"])
+    assert any(note.startswith("loss=dapo: not fitted:") for note in fits.notes)
+
+
+def test_diagnostics_table_tail_means_and_maxima(sweep_fits):
+    summary = diagnostics_table(sweep_fits.data).set_index("variant")
+    frame = sweep_fits.data.diagnostics
+    base = frame[frame["variant"] == "base"]
+    tail = base[base["step"] >= 260 * 0.75]["rollout/len_mean"].mean()
+    assert summary.loc["base", "rollout/len_mean tail"] == pytest.approx(tail)
+    assert summary.loc["base", "train/entropy max"] == pytest.approx(base["train/entropy"].max())
+    assert pd.isna(summary.loc["loss=dapo", "rollout/interrupted_frac tail"])
