@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("sweeps.train_command", "run one RL training job from a recipe YAML (resumes if its run directory exists)"),
     "run": ("sweeps.run_command", "run a sweep spec to the end: launch, watch, resume, fit, LOO table, report"),
     "status": ("sweeps.status_command", "print the state of a sweep's jobs once (spec or sweep directory)"),
+    "cancel": ("sweeps.cancel_command", "cancel a sweep's running jobs (SLURM or local); `sweep run` resumes them"),
     "report": ("sweeps.report_command", "build the PDF ablation report of a sweep directory (or an MLflow store)"),
     "ui": ("sweeps.ui_command", "start the MLflow UI on a sweep's tracking store and print its URL"),
 }

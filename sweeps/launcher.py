@@ -59,12 +59,14 @@ class Launcher:
             self.threads = os.cpu_count() or 1
         else:
             slurm = spec.executor.slurm
-            self.executor = submitit.AutoExecutor(folder=str(log_dir / "%j"), cluster="slurm")
+            self.executor = submitit.AutoExecutor(folder=str(log_dir / "%j"), cluster="slurm",
+                                                  slurm_max_num_timeout=slurm.max_requeues)
             parameters: dict[str, Any] = {
                 "timeout_min": slurm.time_minutes,
                 "cpus_per_task": slurm.cpus_per_task,
                 "gpus_per_node": slurm.gpus_per_node,
                 "slurm_array_parallelism": slurm.array_parallelism,
+                "slurm_signal_delay_s": slurm.signal_delay_s,
                 "name": spec.name,
             }
             if slurm.partition:

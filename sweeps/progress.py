@@ -33,6 +33,7 @@ class JobProgress:
     eta_seconds: float | None = None
     error: str | None = None
     log_path: str | None = None
+    launcher_id: str | None = None  # local: the submitit controller's pid; slurm: the job id
 
 
 def last_eval(run_dir: Path, unit: str) -> tuple[float, float | None, float | None, float | None]:
@@ -73,7 +74,7 @@ def job_progress(spec: SweepSpec, sweep_dir: Path, job: Job) -> JobProgress:
     else:
         status = PENDING  # never started, or stopped mid-way (resumes from its checkpoint)
     progress = JobProgress(job, status, state.attempts, compute, pass_rate, error=state.last_error,
-                           log_path=state.log_path)
+                           log_path=state.log_path, launcher_id=state.launcher_id)
     target = spec.budget.target
     if status == RUNNING and first_time and last_time and 0 < compute < target:
         progress.eta_seconds = (last_time - first_time) * (target - compute) / compute

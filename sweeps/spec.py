@@ -61,6 +61,10 @@ class SlurmExecutorSpec:
     mem_gb: Optional[int] = None
     time_minutes: int = 240
     array_parallelism: int = 32
+    # SLURM sends USR2 this long before the time limit; the job then requeues itself and resumes from
+    # its last checkpoint, at most max_requeues times.
+    signal_delay_s: int = 120
+    max_requeues: int = 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,10 +141,13 @@ def check_spec_values(spec: SweepSpec) -> None:
     if executor.max_attempts < 1:
         raise ConfigError(f"executor.max_attempts: got {executor.max_attempts}, expected >= 1")
     slurm = executor.slurm
-    for key in ("gpus_per_node", "cpus_per_task", "time_minutes", "array_parallelism"):
-        minimum = 0 if key == "gpus_per_node" else 1
+    for key in ("gpus_per_node", "cpus_per_task", "time_minutes", "array_parallelism", "signal_delay_s", "max_requeues"):
+        minimum = 0 if key in ("gpus_per_node", "max_requeues") else 1
         if getattr(slurm, key) < minimum:
             raise ConfigError(f"executor.slurm.{key}: got {getattr(slurm, key)}, expected >= {minimum}")
+    if slurm.signal_delay_s >= slurm.time_minutes * 60:
+        raise ConfigError(f"executor.slurm.signal_delay_s: got {slurm.signal_delay_s}, expected < time_minutes * 60 "
+                          f"({slurm.time_minutes * 60}): the requeue signal would arrive as the job starts")
 
 
 def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> SweepSpec:

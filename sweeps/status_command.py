@@ -10,21 +10,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", help="the sweep spec YAML, or a sweep directory (holding spec.yaml)")
 
 
-def run(args: argparse.Namespace) -> int:
+def resolve_spec(target: str):
+    """A spec file, or the spec.yaml a sweep directory keeps (with absolute paths)."""
     from sweeps.cli import UsageError
+    from sweeps.spec import load_spec
+
+    path = Path(target)
+    if path.is_dir():
+        if not (path / "spec.yaml").is_file():
+            raise UsageError(f"{path}: not a sweep directory (no spec.yaml); pass the spec file instead")
+        path = path / "spec.yaml"
+    return load_spec(path)
+
+
+def run(args: argparse.Namespace) -> int:
     from sweeps.planner import plan_sweep
     from sweeps.progress import collect_progress, format_progress
-    from sweeps.spec import load_spec, output_dir
+    from sweeps.spec import output_dir
 
-    target = Path(args.target)
-    if target.is_dir():
-        if not (target / "spec.yaml").is_file():
-            raise UsageError(f"{target}: not a sweep directory (no spec.yaml); pass the spec file instead")
-        target = target / "spec.yaml"
-    spec = load_spec(target)
+    spec = resolve_spec(args.target)
     jobs = plan_sweep(spec)
     if not output_dir(spec).exists():
         print(f"sweep {spec.name}: not started ({output_dir(spec)} does not exist); {len(jobs)} jobs planned")
         return 0
-    print(format_progress(spec, collect_progress(spec, output_dir(spec), jobs)), end="")
+    rows = collect_progress(spec, output_dir(spec), jobs)
+    print(format_progress(spec, rows), end="")
+    if spec.executor.name == "slurm":
+        from sweeps.slurm import slurm_states
+
+        states = slurm_states([row.launcher_id for row in rows if row.launcher_id])
+        for row in rows:
+            if row.launcher_id:
+                print(f"  slurm {row.launcher_id}: {states.get(row.launcher_id, 'not in squeue')}  "
+                      f"({row.job.variant} seed {row.job.seed})")
     return 0

@@ -1,0 +1,37 @@
+"""`sweep cancel SPEC_OR_DIR`: stop a sweep's running jobs; `sweep run` later resumes them."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", help="the sweep spec YAML, or a sweep directory (holding spec.yaml)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from sweeps.planner import plan_sweep
+    from sweeps.slurm import cancel_slurm_jobs
+    from sweeps.spec import output_dir
+    from sweeps.state import is_done, read_state
+    from sweeps.status_command import resolve_spec
+
+    spec = resolve_spec(args.target)
+    sweep_dir = output_dir(spec)
+    launched = []
+    for job in plan_sweep(spec):
+        state = read_state(sweep_dir, job.run_id)
+        if state.launcher_id and not is_done(job.run_dir):
+            launched.append((job, state.launcher_id))
+    if spec.executor.name == "slurm":
+        cancel_slurm_jobs([launcher_id for _, launcher_id in launched])
+    else:
+        for _, launcher_id in launched:  # local: the submitit controller forwards the signal to its job
+            try:
+                os.kill(int(launcher_id), signal.SIGTERM)
+            except (ProcessLookupError, ValueError):
+                pass
+    print(f"sweep {spec.name}: cancelled {len(launched)} job(s); `sweep run` resumes them from their checkpoints")
+    return 0
