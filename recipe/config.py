@@ -28,6 +28,7 @@ from recipe.run_config import (
     EvalConfig,
     ModelConfig,
     OptimizerConfig,
+    WarmStartConfig,
     RolloutConfig,
     TaskConfig,
     TrackingConfig,
@@ -47,6 +48,7 @@ class RecipeConfig:
     off_policy: Dict[str, Any]
     precision: Dict[str, Any]
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
     task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
     rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
     optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)

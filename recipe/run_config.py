@@ -1,5 +1,6 @@
-"""Typed settings of a training run that are not ablation axes: model, task, rollout, optimizer,
-evaluation, checkpointing, tracking. Frozen dataclasses, torch-free (the sweep planner imports them)."""
+"""Typed settings of a training run that are not ablation axes: model, warm start, task, rollout,
+optimizer, evaluation, checkpointing, tracking. Frozen dataclasses, torch-free (the sweep planner
+imports them). Every default is the embedded CPU testbed's (see shared/TESTBED.md)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,52 @@ from typing import Optional
 
 @dataclass(frozen=True)
 class ModelConfig:
-    # "embedded" builds the tiny testbed model; anything else is a Hugging Face model directory.
+    # "embedded" builds the tiny testbed model (warm-started, cached); anything else is a Hugging Face
+    # model directory, loaded as is.
     path: str = "embedded"
     # Parameter/compute dtype of the model body; the LM head dtype is the `precision` axis.
     dtype: str = "float32"
+    # Size of the embedded llama-style model (~1.1M parameters); ignored for a model directory.
+    hidden_size: int = 128
+    intermediate_size: int = 512
+    num_layers: int = 4
+    num_heads: int = 4
+    max_positions: int = 128
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    # Supervised "noisy teacher" phase for the embedded model: each target is the correct column sum
+    # with probability teacher_correct_prob, else the same method forgetting every carry, so RL starts
+    # from a low pass rate with the right method already in the model (TESTBED.md). Cached on disk by
+    # a hash of this section + model + task digits; `cache_dir` None: $SCALERL_CACHE or ~/.cache/scalerl-sweep.
+    steps: int = 1000
+    batch_size: int = 128
+    lr: float = 2e-3
+    teacher_correct_prob: float = 0.1
+    # Fraction of targets cut mid-thinking by the interruption phrase, so the model knows how to answer after it.
+    interrupted_frac: float = 0.05
+    seed: int = 0
+    cache_dir: Optional[str] = None
 
 
 @dataclass(frozen=True)
 class TaskConfig:
-    # "embedded" is the synthetic task with a thinking trace; "jsonl" reads `prompt`/`answer` rows.
+    # "embedded" is the synthetic carry-addition task with a thinking trace; "jsonl" reads
+    # `prompt`/`answer` rows (Polaris-style math) checked with math-verify.
     name: str = "embedded"
     train_path: Optional[str] = None
+    # None: hold out validation_size rows of train_path.
     validation_path: Optional[str] = None
+    # Embedded pool: a 250-step run draws 8,000 prompts, so prompts recur and No-Positive-Resampling
+    # matters; it retires nearly the whole pool after ~500 steps (then the curriculum raises).
+    train_size: int = 6144
+    validation_size: int = 256
+    # Operand lengths of the embedded task (each uniform in [min_digits, max_digits]).
+    min_digits: int = 1
+    max_digits: int = 4
+    # Fixes which problems form the pool and the validation split, independent of the run seed.
+    data_seed: int = 1234
 
 
 @dataclass(frozen=True)
@@ -28,35 +63,44 @@ class RolloutConfig:
     prompts_per_batch: int = 32
     samples_per_prompt: int = 8
     temperature: float = 1.0
-    max_new_tokens: int = 64
+    # Hard cap on generated tokens (thinking + answer); a sample that hits it is truncated (reward -1).
+    max_new_tokens: int = 24
 
 
 @dataclass(frozen=True)
 class OptimizerConfig:
-    # AdamW as in the paper (lr 5e-7 for an 8B model; the tiny testbed needs a far larger rate).
-    lr: float = 1e-4
+    # AdamW as in the paper (lr 5e-7 for an 8B model; the tiny testbed needs a far larger rate),
+    # linear warmup then constant.
+    lr: float = 5e-5
     warmup_steps: int = 10
     weight_decay: float = 0.01
     eps: float = 1e-15
     beta1: float = 0.9
     beta2: float = 0.999
     grad_clip: float = 1.0
+    # Sequences per forward/backward pass (0: the whole minibatch at once); the gradient is the same.
+    micro_batch_size: int = 0
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    every_steps: int = 10
-    num_prompts: int = 256
+    # Validation pass rate mean@samples_per_prompt (temperature sampling) and greedy pass@1, on the
+    # first num_prompts validation prompts, at step 0 and every every_steps steps.
+    every_steps: int = 5
+    num_prompts: int = 128
     samples_per_prompt: int = 4
+    greedy: bool = True
 
 
 @dataclass(frozen=True)
 class CheckpointConfig:
+    # Taken at the first generation-round boundary at or after every every_steps steps (a round is k steps).
     every_steps: int = 50
 
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    # None: MLFLOW_TRACKING_URI if set, else a SQLite store beside the run directory.
+    # MLflow mirrors metrics.jsonl. None: MLFLOW_TRACKING_URI if set, else sqlite:///<runs root>/mlflow.db.
+    mlflow: bool = True
     mlflow_uri: Optional[str] = None
     experiment: str = "scalerl-sweep"

@@ -1,0 +1,161 @@
+"""Batched sampling with a KV cache that records the behaviour logprob of every sampled token.
+
+One decode step for B sequences: hidden (B, D) from the model body (KV cache reused), logits (B, V)
+from the `precision` component (fp32 or bf16 head: the same call the trainer makes), then sample
+from softmax(logits / temperature) and record log p(token) in that same distribution. Those are
+the behaviour logprobs (`old_logprobs`) every loss uses; they are never recomputed.
+
+Forced interruption (length control): when a sample has thought for its budget without closing
+`</think>`, the phrase's tokens are fed instead of samples (loss mask 0, logprob 0), then the model
+answers for at most `answer_budget` tokens. The response layout is [prompt, left-padded | response,
+right-padded]; positions come from the attention mask, so the trainer's single forward pass over
+the same tensors sees exactly what the generator saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from recipe.model import lm_parts
+from recipe.tasks import THINK_CLOSE
+
+
+@dataclass
+class Rollout:
+    """B sampled sequences. T = generated width; `loss_mask` marks sampled (trainable) tokens."""
+
+    input_ids: torch.Tensor  # (B, P + T) prompt (left-padded) then response (right-padded)
+    attention_mask: torch.Tensor  # (B, P + T)
+    prompt_width: int  # P
+    loss_mask: torch.Tensor  # (B, T) bool: sampled tokens, not forced phrase tokens or padding
+    old_logprobs: torch.Tensor  # (B, T) float32 behaviour logprobs, 0 where loss_mask is False
+    lengths: torch.Tensor  # (B,) generated tokens including forced ones
+    truncated: torch.Tensor  # (B,) bool: stopped by a length limit before <eos>
+    interrupted: torch.Tensor  # (B,) bool: the interruption phrase was forced in
+
+    @property
+    def response_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_width:]
+
+    def to(self, device) -> "Rollout":
+        return Rollout(**{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in self.__dict__.items()})
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that skip left padding: 0 at each row's first real token."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def decode_responses(tokenizer, rollout: Rollout) -> list[str]:
+    """Response texts up to (not including) <eos>; special tokens dropped, `</think>` kept."""
+    texts = []
+    for row, length in zip(rollout.response_ids.tolist(), rollout.lengths.tolist()):
+        texts.append(tokenizer.decode(row[:length], skip_special_tokens=True))
+    return texts
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list[str], *, precision, length_control, max_new_tokens: int,
+             temperature: float = 1.0, greedy: bool = False, torch_rng: torch.Generator | None = None,
+             numpy_rng: np.random.Generator | None = None) -> Rollout:
+    """Sample one response per prompt (repeat prompts for G samples). Runs on the model's device."""
+    from transformers import DynamicCache
+
+    device = next(model.parameters()).device
+    parts = lm_parts(model)
+    encoded = tokenizer(prompts, padding=True, return_tensors="pt")
+    input_ids = encoded.input_ids.to(device)
+    attention_mask = encoded.attention_mask.to(device)
+    B, P = input_ids.shape
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+
+    budgets = length_control.thinking_budgets(B, numpy_rng) if numpy_rng is not None else None
+    phrase = tokenizer.encode(length_control.interruption_phrase, add_special_tokens=False) if budgets is not None else []
+    close = torch.tensor(tokenizer.encode(THINK_CLOSE, add_special_tokens=False), device=device)
+    limit = max_new_tokens
+    if budgets is not None:
+        budgets = torch.as_tensor(budgets, device=device)
+        # The interruption must be able to finish: phrase + answer after the largest budget.
+        limit = max(limit, int(budgets.max()) + len(phrase) + length_control.answer_budget)
+    phrase = torch.tensor(phrase, device=device, dtype=torch.long)
+
+    # Per-sequence state. forced: index into the phrase being fed (-1: not forcing).
+    finished = torch.zeros(B, dtype=torch.bool, device=device)
+    thinking = torch.ones(B, dtype=torch.bool, device=device)
+    think_len = torch.zeros(B, dtype=torch.long, device=device)
+    forced = torch.full((B,), -1, dtype=torch.long, device=device)
+    answer_left = torch.full((B,), -1, dtype=torch.long, device=device)  # after an interruption only
+    interrupted = torch.zeros(B, dtype=torch.bool, device=device)
+    truncated = torch.zeros(B, dtype=torch.bool, device=device)
+    lengths = torch.zeros(B, dtype=torch.long, device=device)
+    tokens, logprobs, sampled_masks = [], [], []
+
+    cache = DynamicCache()
+    positions = positions_from_mask(attention_mask)
+    out = parts.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                     past_key_values=cache, use_cache=True)
+    hidden = out.last_hidden_state[:, -1]
+    next_position = positions[:, -1] + 1
+    for t in range(limit):
+        logits = precision.head_logits(hidden, parts.head.weight, parts.head.bias)  # (B, V), head dtype
+        logp_all = torch.log_softmax(logits / temperature, dim=-1)
+        if greedy:
+            token = logp_all.argmax(dim=-1)
+        else:
+            token = torch.multinomial(logp_all.float().exp(), 1, generator=torch_rng).squeeze(-1)
+        logp = logp_all.gather(-1, token[:, None]).squeeze(-1).float()
+
+        forcing = forced >= 0
+        if forcing.any():
+            token = torch.where(forcing, phrase[forced.clamp_min(0)], token)
+        sampled = ~finished & ~forcing
+        token = torch.where(finished, torch.full_like(token, pad), token)
+        tokens.append(token)
+        logprobs.append(torch.where(sampled, logp, torch.zeros_like(logp)))
+        sampled_masks.append(sampled)
+        lengths += (~finished).long()
+
+        # Thinking ends at </think> (sampled or the phrase's last tokens).
+        if len(tokens) >= len(close):
+            recent = torch.stack(tokens[-len(close):], dim=1)
+            thinking &= ~(recent == close).all(dim=1)
+        think_len += (thinking & sampled).long()
+        answer_left -= (sampled & (answer_left >= 0)).long()
+        finished |= sampled & (token == eos)
+        # An active interruption advances; when the phrase is done, the answer budget starts.
+        forced = torch.where(forcing, forced + 1, forced)
+        phrase_done = forcing & (forced >= len(phrase))
+        forced = torch.where(phrase_done, torch.full_like(forced, -1), forced)
+        answer_left = torch.where(phrase_done, torch.full_like(answer_left, length_control.answer_budget or 0), answer_left)
+        thinking &= ~phrase_done
+        if budgets is not None:
+            start = ~finished & thinking & (forced < 0) & (think_len >= budgets)
+            forced = torch.where(start, torch.zeros_like(forced), forced)
+            interrupted |= start
+        out_of_answer = ~finished & (answer_left == 0)
+        truncated |= out_of_answer
+        finished |= out_of_answer
+        if bool(finished.all()) or t == limit - 1:
+            break
+        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+        out = parts.body(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position[:, None],
+                         past_key_values=cache, use_cache=True)
+        hidden = out.last_hidden_state[:, -1]
+        next_position = next_position + 1
+    truncated |= ~finished
+
+    response = torch.stack(tokens, dim=1)
+    valid = torch.arange(response.shape[1], device=device)[None, :] < lengths[:, None]
+    return Rollout(
+        input_ids=torch.cat([input_ids, response], dim=1),
+        attention_mask=torch.cat([encoded.attention_mask.to(device), valid.long()], dim=1),
+        prompt_width=P,
+        loss_mask=torch.stack(sampled_masks, dim=1),
+        old_logprobs=torch.stack(logprobs, dim=1),
+        lengths=lengths,
+        truncated=truncated,
+        interrupted=interrupted,
+    )

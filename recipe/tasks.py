@@ -1,0 +1,186 @@
+"""Tasks with verifiable rewards: the embedded carry-addition task and a JSONL loader for real math data.
+
+A task is two prompt lists (train pool, held-out validation) with reference answers and a checker:
+`task.check(response_text, answer) -> bool`. Rewards are +1 / -1 from that checker.
+
+The embedded task ("column addition with a carry trace"):
+    prompt    "0385+0047=<think>"
+    response  "121304</think>432"   then <eos>
+Operands have 1..max_digits significant digits and are zero-padded to max_digits, so a digit's
+column sits at a fixed offset (a ~1M-parameter model then learns the alignment in minutes). The
+thinking trace lists the column sums s_i = a_i + b_i + c_i least-significant column first, two
+digits each (carry c_{i+1} = s_i // 10), over the significant columns only, so its length grows
+with the problem: 2 tokens a column. The answer is read off the trace: the last column's tens digit
+(if 1), then every units digit, most significant first. The checker compares the answer exactly.
+The noisy teacher's wrong method forgets the carry (s_i = a_i + b_i) and reads the answer off its
+trace by the same rule; every problem has at least one carry into a column, so the two methods
+always disagree and the warm-started model must find the right one by RL (see warm_start.py).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str  # the text the model continues (chat template already applied where there is one)
+    answer: str  # reference answer for the checker
+
+
+@dataclass
+class Task:
+    name: str
+    train: list[Problem]
+    validation: list[Problem]
+
+    def check(self, response_text: str, answer: str) -> bool:
+        raise NotImplementedError
+
+    def rewards(self, responses: list[str], answers: list[str]) -> list[float]:
+        return [1.0 if self.check(text, answer) else -1.0 for text, answer in zip(responses, answers)]
+
+
+def final_answer(response_text: str) -> str | None:
+    """Text after the last `</think>`, or None when the model never closed its thinking."""
+    if THINK_CLOSE not in response_text:
+        return None
+    return response_text.rsplit(THINK_CLOSE, 1)[1].strip()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The embedded task
+
+
+def column_sums(a: int, b: int, carry: bool) -> list[int]:
+    """Column sums least-significant first; with carry=False each column forgets the carry-in."""
+    da, db = str(a)[::-1], str(b)[::-1]
+    sums, carry_in = [], 0
+    for i in range(max(len(da), len(db))):
+        s = (int(da[i]) if i < len(da) else 0) + (int(db[i]) if i < len(db) else 0) + carry_in
+        sums.append(s)
+        carry_in = s // 10 if carry else 0
+    return sums
+
+
+def read_answer(sums: list[int]) -> str:
+    """Answer from the trace: the last column's tens digit (when 1), then units digits, MSB first."""
+    digits = "".join(str(s % 10) for s in reversed(sums))
+    return ("1" + digits) if sums[-1] >= 10 else digits
+
+
+def solution(a: int, b: int, carry: bool = True) -> tuple[str, str]:
+    """(thinking trace, answer) of a + b by the column method, with or without carrying."""
+    sums = column_sums(a, b, carry)
+    return "".join(f"{s:02d}" for s in sums), read_answer(sums)
+
+
+def addition_prompt(a: int, b: int, width: int) -> str:
+    return f"{a:0{width}d}+{b:0{width}d}={THINK_OPEN}"
+
+
+def has_carry_in(a: int, b: int) -> bool:
+    """True when some column receives a carry, i.e. forgetting carries gives a wrong answer."""
+    return solution(a, b, carry=True)[1] != solution(a, b, carry=False)[1]
+
+
+def sample_operands(rng: random.Random, min_digits: int, max_digits: int) -> tuple[int, int]:
+    """Two operands with independently uniform digit counts, redrawn until some column carries."""
+    while True:
+        a, b = (rng.randint(10 ** (n - 1) if n > 1 else 0, 10**n - 1)
+                for n in (rng.randint(min_digits, max_digits), rng.randint(min_digits, max_digits)))
+        if has_carry_in(a, b):
+            return a, b
+
+
+@dataclass
+class AdditionTask(Task):
+    def check(self, response_text: str, answer: str) -> bool:
+        return final_answer(response_text) == answer
+
+
+def build_addition_task(train_size: int, validation_size: int, min_digits: int, max_digits: int,
+                        data_seed: int) -> AdditionTask:
+    """Distinct problems, validation disjoint from train; the same data_seed gives the same split.
+
+    Validation problems are drawn first, so the validation set does not change with the pool size.
+    """
+    rng = random.Random(data_seed)
+    seen: set[tuple[int, int]] = set()
+    problems: list[Problem] = []
+    while len(problems) < train_size + validation_size:
+        a, b = sample_operands(rng, min_digits, max_digits)
+        if (a, b) in seen:
+            continue
+        seen.add((a, b))
+        problems.append(Problem(addition_prompt(a, b, max_digits), solution(a, b)[1]))
+    return AdditionTask("embedded", train=problems[validation_size:], validation=problems[:validation_size])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Real math data: JSONL rows with `prompt` and `answer`, checked by math-verify
+
+
+@dataclass
+class MathTask(Task):
+    def check(self, response_text: str, answer: str) -> bool:
+        from math_verify import parse, verify
+
+        text = final_answer(response_text)
+        text = response_text if text is None else text
+        gold = parse(answer if "$" in answer or "\\boxed" in answer else f"${answer}$")
+        try:
+            return bool(verify(gold, parse(text)))
+        except Exception:  # math-verify raises on unparsable model output: that answer is wrong
+            return False
+
+
+def read_jsonl(path: str) -> list[dict]:
+    rows = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if "prompt" not in row or "answer" not in row:
+            raise ValueError(f"{path}:{number}: a row needs 'prompt' and 'answer' fields, got {sorted(row)}")
+        rows.append(row)
+    return rows
+
+
+def format_math_prompt(question: str, tokenizer) -> str:
+    """The chat template's user turn + generation prompt when the tokenizer has one, else the raw text."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                             add_generation_prompt=True)
+    return question
+
+
+def build_math_task(train_path: str, validation_path: str | None, validation_size: int, data_seed: int,
+                    tokenizer) -> MathTask:
+    """Train pool from train_path; validation from validation_path or a held-out slice of train_path."""
+    train_rows = read_jsonl(train_path)
+    if validation_path:
+        validation_rows = read_jsonl(validation_path)
+    else:
+        random.Random(data_seed).shuffle(train_rows)
+        validation_rows, train_rows = train_rows[:validation_size], train_rows[validation_size:]
+    convert = lambda rows: [Problem(format_math_prompt(str(r["prompt"]), tokenizer), str(r["answer"])) for r in rows]
+    return MathTask("jsonl", train=convert(train_rows), validation=convert(validation_rows))
+
+
+def build_task(cfg, tokenizer) -> Task:
+    """cfg: run_config.TaskConfig."""
+    if cfg.name == "embedded":
+        return build_addition_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
+                                   cfg.data_seed)
+    if cfg.name == "jsonl":
+        if not cfg.train_path:
+            raise ValueError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
+        return build_math_task(cfg.train_path, cfg.validation_path, cfg.validation_size, cfg.data_seed, tokenizer)
+    raise ValueError(f"task.name: got {cfg.name!r}, expected 'embedded' or 'jsonl'")

@@ -1,0 +1,124 @@
+"""Run tracking: metrics.jsonl (the source of truth) mirrored to MLflow.
+
+metrics.jsonl holds one JSON record per evaluation point, appended and fsynced as it is made. On
+resume the file is rewritten to the records at or before the checkpoint's step (a kill can leave
+records past the checkpoint, or half a line): the resumed run recomputes them, so the file never
+has a duplicate or a missing evaluation step. MLflow gets the same records as metrics at their step,
+compute included, so its UI can chart eval/pass_rate against compute/device_hours; a resumed run
+logs into the same MLflow run (history may then repeat the recomputed steps; the file does not).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+METRICS_NAME = "metrics.jsonl"
+MLFLOW_RUN_NAME = "mlflow_run_id"
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """Complete records of metrics.jsonl (a torn last line from a kill is skipped)."""
+    path = Path(run_dir) / METRICS_NAME
+    records = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+class MetricsFile:
+    def __init__(self, run_dir: Path, resume_step: int | None) -> None:
+        """resume_step None: a fresh run (file emptied); else keep records with step <= resume_step."""
+        self.path = Path(run_dir) / METRICS_NAME
+        kept = [] if resume_step is None else [r for r in read_metrics(run_dir) if r["step"] <= resume_step]
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        os.replace(temporary, self.path)
+        self.records = kept
+
+    def append(self, record: dict) -> None:
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.records.append(record)
+
+
+def flatten(data: dict, prefix: str = "") -> dict[str, str]:
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = str(value)
+    return flat
+
+
+def default_tracking_uri(run_dir: Path) -> str:
+    """MLFLOW_TRACKING_URI if set, else a SQLite store beside the run directory."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(run_dir).resolve().parent / 'mlflow.db'}"
+
+
+class MlflowRun:
+    """One MLflow run per run directory (its id kept in the directory, so resume logs into it)."""
+
+    def __init__(self, run_dir: Path, tracking_cfg, params: dict, run_name: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        run_dir = Path(run_dir)
+        self.client = MlflowClient(tracking_uri=tracking_cfg.mlflow_uri or default_tracking_uri(run_dir))
+        experiment = self.client.get_experiment_by_name(tracking_cfg.experiment)
+        if experiment is None:
+            artifacts = (run_dir.resolve().parent / "mlartifacts").as_uri()
+            experiment_id = self.client.create_experiment(tracking_cfg.experiment, artifact_location=artifacts)
+        else:
+            experiment_id = experiment.experiment_id
+        id_file = run_dir / MLFLOW_RUN_NAME
+        if id_file.is_file():
+            self.run_id = id_file.read_text().strip()
+            self.client.update_run(self.run_id, status="RUNNING")
+        else:
+            run = self.client.create_run(experiment_id, run_name=run_name, tags={"run_dir": str(run_dir.resolve())})
+            self.run_id = run.info.run_id
+            id_file.write_text(self.run_id + "\n")
+            from mlflow.entities import Param
+
+            self.client.log_batch(self.run_id, params=[Param(k, v[:6000]) for k, v in flatten(params).items()])
+
+    def log(self, record: dict) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        step = int(record["step"])
+        metrics = [Metric(k, float(v), now, step) for k, v in record.items() if k != "step" and isinstance(v, (int, float))]
+        self.client.log_batch(self.run_id, metrics=metrics)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+
+class Tracker:
+    """metrics.jsonl + (optionally) MLflow; `log(record)` writes an evaluation point to both."""
+
+    def __init__(self, run_dir: Path, tracking_cfg, params: dict, run_name: str, resume_step: int | None) -> None:
+        self.file = MetricsFile(run_dir, resume_step)
+        self.mlflow = MlflowRun(run_dir, tracking_cfg, params, run_name) if tracking_cfg.mlflow else None
+
+    @property
+    def records(self) -> list[dict]:
+        return self.file.records
+
+    def log(self, record: dict) -> None:
+        self.file.append(record)
+        if self.mlflow is not None:
+            self.mlflow.log(record)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        if self.mlflow is not None:
+            self.mlflow.finish(status)

@@ -1,0 +1,100 @@
+"""The policy update: recompute logprobs, loss -> aggregation -> backward -> clipped AdamW step.
+
+One optimizer step per minibatch. The aggregation's per-token weights are computed once for the
+whole minibatch, so splitting it into micro-batches (memory) leaves the gradient unchanged:
+    L = sum_bt w_bt * l_bt,  w = aggregation.token_weights(mask, group_ids).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from recipe.generator import Rollout, positions_from_mask
+from recipe.model import lm_parts
+
+
+def sequence_logprobs(model, precision, input_ids, attention_mask, prompt_width: int, temperature: float = 1.0,
+                      with_entropy: bool = False):
+    """Logprobs (B, T) float32 of the response tokens under the current weights (and entropy (B, T)).
+
+    Position t of the response is predicted by hidden state P + t - 1, through the same precision
+    head and temperature the generator sampled with.
+    """
+    parts = lm_parts(model)
+    hidden = parts.body(input_ids=input_ids, attention_mask=attention_mask,
+                        position_ids=positions_from_mask(attention_mask)).last_hidden_state
+    logits = precision.head_logits(hidden[:, prompt_width - 1:-1], parts.head.weight, parts.head.bias)
+    logp_all = torch.log_softmax(logits / temperature, dim=-1)  # (B, T, V), head dtype
+    logprobs = logp_all.gather(-1, input_ids[:, prompt_width:, None]).squeeze(-1).float()
+    if not with_entropy:
+        return logprobs, None
+    with torch.no_grad():
+        entropy = -(logp_all.float().exp() * logp_all.float()).sum(-1)
+    return logprobs, entropy
+
+
+@dataclass
+class TrainBatch:
+    """What one optimizer step trains on: kept rows of a rollout with their advantages."""
+
+    rollout: Rollout
+    advantages: torch.Tensor  # (B,) one per sequence
+    group_ids: torch.Tensor  # (B,)
+    staleness: int  # trainer steps between the sampling weights and the weights updated now
+
+
+def build_optimizer(model, cfg):
+    """AdamW (cfg: run_config.OptimizerConfig) with linear warmup to a constant lr."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+                                  weight_decay=cfg.weight_decay)
+    warmup = max(1, cfg.warmup_steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / warmup))
+    return optimizer, schedule
+
+
+def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggregation, precision,
+               temperature: float, grad_clip: float, micro_batch_size: int = 0) -> dict[str, float]:
+    """One optimizer step on `batch`; returns train metrics (loss, grad norm, entropy, ratios...)."""
+    model.train()
+    rollout = batch.rollout
+    mask = rollout.loss_mask
+    weights = aggregation.token_weights(mask, batch.group_ids)  # (B, T), sum_bt w l = the loss
+    B = mask.shape[0]
+    size = micro_batch_size if micro_batch_size > 0 else B
+    total_loss, token_count = 0.0, float(mask.sum())
+    entropy_sum = mismatch_sum = 0.0
+    component_metrics: dict[str, list[float]] = {}
+    optimizer.zero_grad(set_to_none=True)
+    for start in range(0, B, size):
+        rows = slice(start, start + size)
+        m = mask[rows]
+        logprobs, entropy = sequence_logprobs(model, precision, rollout.input_ids[rows], rollout.attention_mask[rows],
+                                              rollout.prompt_width, temperature, with_entropy=True)
+        advantages = batch.advantages[rows, None].expand_as(logprobs)
+        output = loss_fn(logprobs, rollout.old_logprobs[rows], advantages, m)
+        loss = (weights[rows] * output.per_token_loss).sum()
+        loss.backward()
+        total_loss += float(loss.detach())
+        entropy_sum += float(entropy[m].sum())
+        mismatch_sum += float((logprobs.detach() - rollout.old_logprobs[rows]).abs()[m].sum())
+        for key, value in output.metrics.items():
+            component_metrics.setdefault(key, []).append(value)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    schedule.step()
+    model.eval()
+    metrics = {key: sum(values) / len(values) for key, values in component_metrics.items()}
+    metrics.update({
+        "train/loss": total_loss,
+        "train/grad_norm": float(grad_norm),
+        "train/lr": optimizer.param_groups[0]["lr"],
+        "train/entropy": entropy_sum / max(token_count, 1.0),
+        "train/tokens": token_count,
+        "train/staleness": float(batch.staleness),
+    })
+    if batch.staleness == 0:
+        # Same weights on both sides: any gap is generator/trainer numerics (bf16 head, batching).
+        metrics["train/logprob_mismatch"] = mismatch_sum / max(token_count, 1.0)
+    return metrics

@@ -1,0 +1,149 @@
+"""The embedded model's warm start: a short supervised "noisy teacher" phase, cached as an HF model directory.
+
+RL needs a start point with a low but non-zero pass rate whose failures are a *systematic* wrong
+method, so that RL moves probability mass from the wrong method onto the right one (an S-curve)
+rather than having to discover arithmetic from scratch (TESTBED.md). Each supervised target is the
+correct column sum with probability `teacher_correct_prob`, otherwise the same column method with
+every carry forgotten. A few targets are cut mid-thinking by the interruption phrase and then
+answered, so the model has seen the phrase before RL forces it.
+
+The result is saved as a normal Hugging Face directory under the cache, keyed by a hash of
+everything that determines it, built once under a file lock and shared by every job of a sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from components.length_control import INTERRUPTION_PHRASE
+from recipe.run_config import ModelConfig, TaskConfig, WarmStartConfig
+from recipe.tasks import THINK_CLOSE, sample_operands, addition_prompt, solution
+
+# Bump when the warm-start procedure changes, so stale caches are not reused.
+WARM_START_VERSION = 1
+
+
+def cache_root(cfg: WarmStartConfig) -> Path:
+    root = cfg.cache_dir or os.environ.get("SCALERL_CACHE") or Path.home() / ".cache" / "scalerl-sweep"
+    return Path(root)
+
+
+def warm_start_key(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: TaskConfig) -> str:
+    """16 hex digits over what determines the weights (not where they are cached)."""
+    data = {
+        "version": WARM_START_VERSION,
+        "model": {k: v for k, v in dataclasses.asdict(model_cfg).items() if k not in ("path", "dtype")},
+        "warm_start": {k: v for k, v in dataclasses.asdict(warm_cfg).items() if k != "cache_dir"},
+        "digits": [task_cfg.min_digits, task_cfg.max_digits],
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def teacher_example(rng: random.Random, cfg: WarmStartConfig, task_cfg: TaskConfig) -> tuple[str, str]:
+    """(prompt, response) of one supervised target: right or carry-forgetting method, maybe interrupted."""
+    a, b = sample_operands(rng, task_cfg.min_digits, task_cfg.max_digits)
+    trace, answer = solution(a, b, carry=rng.random() < cfg.teacher_correct_prob)
+    if rng.random() < cfg.interrupted_frac:
+        trace = trace[: rng.randrange(len(trace))] + INTERRUPTION_PHRASE[: -len(THINK_CLOSE)]
+    return addition_prompt(a, b, task_cfg.max_digits), f"{trace}{THINK_CLOSE}{answer}"
+
+
+def encode_batch(tokenizer, examples: list[tuple[str, str]]):
+    """Right-padded (input_ids, attention_mask, labels); labels are -100 outside response tokens + <eos>."""
+    rows, targets = [], []
+    for prompt, response in examples:
+        prompt_ids = tokenizer(prompt).input_ids
+        response_ids = tokenizer(response, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        rows.append(prompt_ids + response_ids)
+        targets.append([-100] * len(prompt_ids) + response_ids)
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    input_ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    attention_mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    labels = torch.tensor([t + [-100] * (width - len(t)) for t in targets])
+    return input_ids, attention_mask, labels
+
+
+def train_warm_start(model, tokenizer, cfg: WarmStartConfig, task_cfg: TaskConfig, log_every: int = 0,
+                     on_log=None) -> list[float]:
+    """Supervised next-token training on teacher targets; lr: 5% linear warmup, cosine to 10%."""
+    rng = random.Random(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    warmup = max(1, cfg.steps // 20)
+
+    def lr_factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, cfg.steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    model.train()
+    losses = []
+    for step in range(cfg.steps):
+        input_ids, attention_mask, labels = encode_batch(
+            tokenizer, [teacher_example(rng, cfg, task_cfg) for _ in range(cfg.batch_size)])
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(float(loss.detach()))
+        if log_every and (step + 1) % log_every == 0:
+            print(f"warm start step {step + 1}/{cfg.steps} loss {sum(losses[-log_every:]) / log_every:.4f}",
+                  file=sys.stderr, flush=True)
+            if on_log is not None:
+                model.eval()
+                on_log(step + 1)
+                model.train()
+    model.eval()
+    return losses
+
+
+def build_warm_start(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: TaskConfig, path: Path,
+                     log_every: int = 0) -> None:
+    from recipe.model import build_embedded_model, build_tokenizer, save_model_dir
+
+    path = Path(path)
+    started = time.perf_counter()
+    tokenizer = build_tokenizer()
+    model = build_embedded_model(model_cfg, tokenizer, seed=warm_cfg.seed)
+    losses = train_warm_start(model, tokenizer, warm_cfg, task_cfg, log_every=log_every)
+    save_model_dir(model, tokenizer, path)
+    info = {"seconds": time.perf_counter() - started, "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
+            "steps": warm_cfg.steps, "threads": torch.get_num_threads()}
+    (path / "warm_start.json").write_text(json.dumps(info, indent=2) + "\n")
+
+
+def warm_start_dir(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: TaskConfig,
+                   log_every: int = 0) -> Path:
+    """The cached warm-start model directory, built first if missing (once across concurrent jobs)."""
+    root = cache_root(warm_cfg) / "warm_start"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / warm_start_key(model_cfg, warm_cfg, task_cfg)
+    if (path / "warm_start.json").is_file():
+        return path
+    with open(root / f"{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # other jobs of the sweep wait here, then find it built
+        if not (path / "warm_start.json").is_file():
+            staging = root / f"{path.name}.building-{os.getpid()}"
+            shutil.rmtree(staging, ignore_errors=True)
+            build_warm_start(model_cfg, warm_cfg, task_cfg, staging, log_every=log_every)
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(staging, path)
+    return path

@@ -1,0 +1,125 @@
+"""Generator: behaviour logprobs, head precision in both roles, interruption, determinism."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from components import REGISTRIES
+from recipe.generator import decode_responses, generate
+from recipe.model import load_model_dir
+from recipe.tasks import THINK_CLOSE
+from recipe.trainer import sequence_logprobs
+
+NO_LENGTH_CONTROL = REGISTRIES["length_control"].build({"name": "none"})
+# Prompts of different lengths exercise left padding.
+PROMPTS = ["07+05=<think>", "7+5=<think>", "19+01=<think>", "123+9=<think>"] * 4
+
+
+class SpyPrecision:
+    """Wraps a precision component and records the dtype of every logits tensor it returns."""
+
+    def __init__(self, fp32_head: bool) -> None:
+        self.inner = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": fp32_head})
+        self.fp32_head = fp32_head
+        self.dtypes: list[torch.dtype] = []
+
+    def head_logits(self, hidden, weight, bias=None):
+        logits = self.inner.head_logits(hidden, weight, bias)
+        self.dtypes.append(logits.dtype)
+        return logits
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer(tiny_model_dir):
+    return load_model_dir(tiny_model_dir)
+
+
+def sample(model, tokenizer, precision, length_control=NO_LENGTH_CONTROL, seed=0, **kwargs):
+    return generate(model, tokenizer, PROMPTS, precision=precision, length_control=length_control,
+                    max_new_tokens=12, torch_rng=torch.Generator().manual_seed(seed),
+                    numpy_rng=np.random.default_rng(seed), **kwargs)
+
+
+def recompute(model, precision, rollout):
+    logprobs, _ = sequence_logprobs(model, precision, rollout.input_ids, rollout.attention_mask, rollout.prompt_width)
+    return logprobs
+
+
+def test_fp32_behaviour_logprobs_equal_trainer_logprobs(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    interruption = REGISTRIES["length_control"].build(
+        {"name": "interruption", "min_thinking": 2, "max_thinking": 5, "answer_budget": 3})
+    rollout = sample(model, tokenizer, precision, interruption)
+    assert rollout.interrupted.any()  # forced phrase tokens are in the context the trainer sees
+    gap = (recompute(model, precision, rollout) - rollout.old_logprobs)[rollout.loss_mask].abs().max()
+    assert gap < 1e-5
+    assert rollout.old_logprobs[rollout.loss_mask].lt(0).all()
+    assert (rollout.old_logprobs[~rollout.loss_mask] == 0).all()
+
+
+@pytest.mark.parametrize("fp32_head, expected", [(True, torch.float32), (False, torch.bfloat16)])
+def test_head_dtype_is_the_same_in_generator_and_trainer(model_and_tokenizer, fp32_head, expected):
+    model, tokenizer = model_and_tokenizer
+    precision = SpyPrecision(fp32_head)
+    rollout = sample(model, tokenizer, precision)
+    generator_dtypes = set(precision.dtypes)
+    precision.dtypes.clear()
+    recompute(model, precision, rollout)
+    assert generator_dtypes == {expected}
+    assert set(precision.dtypes) == {expected}
+
+
+def test_bf16_head_gives_a_measurable_mismatch(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    fp32 = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    bf16 = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": False})
+    rollout = sample(model, tokenizer, bf16)
+    # bf16 logits are rounded to 8 bits of mantissa: logprobs differ from the fp32 ones by ~1e-2.
+    gap = (recompute(model, fp32, rollout) - rollout.old_logprobs)[rollout.loss_mask].abs().mean()
+    assert 1e-4 < gap < 0.5
+
+
+def test_interruption_forces_the_phrase_at_the_budget(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    precision = REGISTRIES["precision"].build({"name": "lm_head"})
+    control = REGISTRIES["length_control"].build(
+        {"name": "interruption", "min_thinking": 3, "max_thinking": 3, "answer_budget": 2})
+    rollout = sample(model, tokenizer, precision, control)
+    phrase = tokenizer.encode(control.interruption_phrase, add_special_tokens=False)
+    close = tokenizer.convert_tokens_to_ids(THINK_CLOSE)
+    for row in range(len(PROMPTS)):
+        tokens = rollout.response_ids[row, : rollout.lengths[row]].tolist()
+        mask = rollout.loss_mask[row, : rollout.lengths[row]].tolist()
+        if rollout.interrupted[row]:
+            # exactly 3 sampled thinking tokens, the phrase (not trained on), then <= 2 answer tokens
+            assert close not in tokens[:3]
+            assert tokens[3:3 + len(phrase)] == phrase and mask[3:3 + len(phrase)] == [False] * len(phrase)
+            assert len(tokens) <= 3 + len(phrase) + 2 and all(mask[3 + len(phrase):])
+        else:  # closed its thinking within the budget, or stopped before it
+            assert close in tokens[:3] or (tokens[-1] == tokenizer.eos_token_id and len(tokens) <= 3)
+    assert rollout.interrupted.any()
+    texts = decode_responses(tokenizer, rollout)
+    assert all(control.interruption_phrase in t for t, i in zip(texts, rollout.interrupted) if i)
+
+
+def test_sampling_is_deterministic_per_seed_and_greedy_ignores_it(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    precision = REGISTRIES["precision"].build({"name": "lm_head"})
+    first, again = sample(model, tokenizer, precision, seed=3), sample(model, tokenizer, precision, seed=3)
+    assert torch.equal(first.input_ids, again.input_ids)
+    assert torch.equal(first.old_logprobs, again.old_logprobs)
+    assert not torch.equal(first.input_ids, sample(model, tokenizer, precision, seed=4).input_ids)
+    greedy = [sample(model, tokenizer, precision, seed=s, greedy=True).input_ids for s in (0, 1)]
+    assert torch.equal(*greedy)
+
+
+def test_truncation_at_max_new_tokens(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    precision = REGISTRIES["precision"].build({"name": "lm_head"})
+    rollout = generate(model, tokenizer, PROMPTS, precision=precision, length_control=NO_LENGTH_CONTROL,
+                       max_new_tokens=2, torch_rng=torch.Generator().manual_seed(0))
+    assert rollout.response_ids.shape[1] == 2
+    assert rollout.truncated.all() and (rollout.lengths == 2).all()

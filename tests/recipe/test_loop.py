@@ -1,0 +1,118 @@
+"""The training loop: every component trains, PPO-off-policy-k, and resume after a kill is exact."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from components import REGISTRIES
+from recipe.loop import train
+from recipe.tracking import read_metrics
+
+# Timing-dependent metrics: the only ones two identical runs may disagree on.
+TIMING = ("compute/device_seconds", "compute/device_hours", "compute/generation_seconds",
+          "compute/training_seconds", "compute/evaluation_seconds", "eval/seconds")
+# Parameters that size an alternative for the tiny testbed (defaults are for long-reasoning models).
+TESTBED_PARAMS = {
+    ("length_control", "interruption"): {"min_thinking": 6, "max_thinking": 8, "answer_budget": 4},
+    ("length_control", "length_penalty"): {"max_length": 12, "cache_length": 4},
+}
+
+
+def alternatives():
+    for axis, registry in REGISTRIES.items():
+        for name in registry.names():
+            if axis == "off_policy" and name == "pipeline_rl":
+                continue  # the next issue; see test_pipeline_rl_is_refused_clearly
+            yield axis, {"name": name, **TESTBED_PARAMS.get((axis, name), {})}
+    yield "precision", {"name": "lm_head", "fp32_head": False}
+
+
+def comparable(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k not in TIMING}
+
+
+@pytest.mark.parametrize("axis, spec", list(alternatives()), ids=lambda v: v if isinstance(v, str) else
+                         "-".join(str(x) for x in v.values()))
+def test_every_alternative_trains_50_steps_with_finite_losses(tiny_recipe, tmp_path, axis, spec):
+    cfg = tiny_recipe("eval.every_steps=25", "checkpoint.every_steps=50", run_steps=50)
+    cfg = dataclasses.replace(cfg, **{axis: REGISTRIES[axis].check(spec, axis)})
+    records = train(cfg, tmp_path / "run")
+    assert [r["step"] for r in records] == [0, 25, 50]
+    for record in records[1:]:
+        assert math.isfinite(record["train/loss"]) and math.isfinite(record["train/grad_norm"])
+        assert record["train/skipped"] < 1.0  # some minibatch kept groups and was trained on
+        assert math.isfinite(record["eval/pass_rate"])
+    # k >= 2: steps after the first of a round train on data some updates old, so ratios move off 1.
+    assert records[-1]["train/staleness"] > 0
+    assert records[-1]["loss/ratio_max"] != 1.0
+
+
+def test_pipeline_rl_is_refused_clearly(tiny_recipe, tmp_path):
+    with pytest.raises(NotImplementedError, match="pipeline_rl is not implemented yet; use off_policy=ppo_off_policy"):
+        train(tiny_recipe("off_policy=pipeline_rl"), tmp_path / "run")
+
+
+def test_run_dir_of_another_config_is_refused(tiny_recipe, tmp_path):
+    train(tiny_recipe(run_steps=2), tmp_path / "run")
+    with pytest.raises(ValueError, match="config.yaml differs"):
+        train(tiny_recipe("seed=1", run_steps=2), tmp_path / "run")
+
+
+def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(tiny_recipe, tmp_path):
+    cfg = tiny_recipe("eval.every_steps=2", run_steps=12)
+    reference = train(cfg, tmp_path / "reference")
+    # Interrupted: stops at step 6 (checkpoint at 4), metrics for step 6 already written, and a
+    # torn half line as a kill during a write would leave.
+    interrupted = tmp_path / "interrupted"
+    train(cfg, interrupted, stop_at_step=6)
+    with open(interrupted / "metrics.jsonl", "a") as handle:
+        handle.write('{"step": 8, "eval/pa')
+    resumed = train(cfg, interrupted)
+    assert [r["step"] for r in read_metrics(interrupted)] == [0, 2, 4, 6, 8, 10, 12]
+    assert [comparable(r) for r in resumed] == [comparable(r) for r in reference]
+
+
+def test_kill_9_at_a_random_moment_then_the_same_command_resumes(tiny_recipe, tiny_overrides, tmp_path):
+    overrides = tiny_overrides("eval.every_steps=2", "checkpoint.every_steps=4", run_steps=40)
+    cfg = tiny_recipe("eval.every_steps=2", "checkpoint.every_steps=4", run_steps=40)
+    reference = train(cfg, tmp_path / "reference")
+    run_dir = tmp_path / "killed"
+    command = [sys.executable, "-m", "sweeps.cli", "train", *overrides, "--run-dir", str(run_dir), "--threads", "1"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Kill somewhere after the first checkpoint and before the end.
+    deadline = time.time() + 120
+    while len(read_metrics(run_dir)) < 4 and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(random.uniform(0.0, 0.5))
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = read_metrics(run_dir)[-1]["step"]
+    assert 0 < killed_at < 40, "the kill should land mid-run"
+    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    records = read_metrics(run_dir)
+    assert [r["step"] for r in records] == list(range(0, 41, 2))
+    assert [comparable(r) for r in records] == [comparable(r) for r in reference]
+
+
+def test_jsonl_task_trains_through_the_same_path(tiny_recipe, tmp_path):
+    rows = [{"prompt": f"{a:02d}+{b:02d}=<think>", "answer": str(a + b)} for a in range(10, 40, 3) for b in range(5, 60, 7)]
+    data = tmp_path / "math.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = tiny_recipe("task.name=jsonl", f"task.train_path={data}", "task.validation_size=8", "batch_filter=none",
+                      run_steps=4)
+    records = train(cfg, tmp_path / "run")
+    assert [r["step"] for r in records] == [0, 4]
+    assert math.isfinite(records[-1]["train/loss"])
