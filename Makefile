@@ -25,8 +25,10 @@ test: $(STAMP)
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status
 
+# The main job: the embedded ScaleRL LOO sweep, ending in a LOO table, a PDF report and MLflow runs.
+# Rerun it to resume after an interruption.
 demo: $(STAMP)
-	$(BIN)/sweep components
+	$(BIN)/sweep run sweeps/loo.yaml
 
 clean-venv:
 	rm -rf $(VENV)

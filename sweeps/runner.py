@@ -136,6 +136,11 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
 
     try:
         while queue or active or watched:
+            # A process from an earlier launch may still hold a run (a cancelled job still dying, or
+            # one that escaped its kill): watch it rather than start a second writer.
+            for job in [job for job in queue if is_locked(job.run_dir)]:
+                queue.remove(job)
+                watched.append(job)
             free = launcher.parallelism - len(active) - len(watched)
             if queue and free > 0:
                 batch, queue = queue[:free], queue[free:]

@@ -23,6 +23,8 @@ from typing import Any, Optional
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 DONE_FILE = "done.json"
 LOCK_FILE = ".lock"
+# How long a starting job waits for the lock of a predecessor that is still exiting.
+LOCK_WAIT_SECONDS = 60.0
 
 
 @dataclasses.dataclass
@@ -96,9 +98,19 @@ class RunLock:
             self.handle.close()
             self.handle = None
 
+    def wait(self, seconds: float) -> bool:
+        """Try to take the lock for up to `seconds` (a killed predecessor may take a moment to exit)."""
+        deadline = time.time() + seconds
+        while not self.acquire():
+            if time.time() >= deadline:
+                return False
+            time.sleep(0.5)
+        return True
+
     def __enter__(self) -> "RunLock":
-        if not self.acquire():
-            raise RuntimeError(f"{self.path.parent} is being trained by another process (lock {self.path})")
+        if not self.wait(LOCK_WAIT_SECONDS):
+            holder = self.path.read_text().strip() if self.path.exists() else "?"
+            raise RuntimeError(f"{self.path.parent} is being trained by another process (pid {holder}, lock {self.path})")
         return self
 
     def __exit__(self, *exc: Any) -> None:

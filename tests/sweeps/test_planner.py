@@ -25,7 +25,6 @@ GOLDEN_LOO = [
     ("length_control", "length_penalty(max_length=24, cache_length=8)",
      ["length_control.answer_budget", "length_control.cache_length", "length_control.max_length",
       "length_control.max_thinking", "length_control.min_thinking", "length_control.name", "length_control.phrase"]),
-    ("off_policy", "pipeline_rl(k=8)", ["off_policy.name"]),
     ("precision", "fp32_head=false", ["precision.fp32_head"]),
 ]
 

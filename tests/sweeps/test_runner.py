@@ -1,0 +1,112 @@
+"""`sweep run` end to end on a tiny spec: real training jobs, resume after a killed driver, failures."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeps.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+TINY = """\
+name: tiny
+axes: {{loss: dapo}}
+seeds: [0]
+overrides:
+  max_steps: 200
+  model: {{hidden_size: 32, intermediate_size: 64, num_layers: 1, num_heads: 2}}
+  warm_start: {{steps: 20, batch_size: 16}}
+  task: {{train_size: 64, validation_size: 16}}
+  rollout: {{prompts_per_batch: 4, samples_per_prompt: 4}}
+  eval: {{every_steps: 2, num_prompts: 8, samples_per_prompt: 2}}
+  off_policy: {{k: 2}}
+  checkpoint: {{every_steps: 2}}
+budget: {{unit: samples, fit_at: {fit_at}, target: {target}}}
+executor: {{name: {executor}, local: {{max_parallel: 2, cores_per_job: 1}}, poll_seconds: 0.5}}
+output_dir: {out}
+{extra}"""
+
+
+@pytest.fixture(autouse=True)
+def shared_cache(tmp_path_factory, monkeypatch):
+    """One warm-start cache for every test here (built once, as a sweep shares it across jobs)."""
+    monkeypatch.setenv("SCALERL_CACHE", str(tmp_path_factory.getbasetemp() / "warm-start-cache"))
+
+
+def write_spec(tmp_path, executor="debug", target=64, extra=""):
+    path = tmp_path / "spec.yaml"
+    path.write_text(TINY.format(executor=executor, out=tmp_path / "out", fit_at=target // 2, target=target, extra=extra))
+    return path
+
+
+def eval_steps(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_complete_curves(out: Path, expected_jobs: int):
+    plan = json.loads((out / "plan.json").read_text())
+    assert len(plan) == expected_jobs
+    for entry in plan:
+        run_dir = out / entry["run_dir"]
+        assert (run_dir / "done.json").exists(), entry
+        steps = eval_steps(run_dir)
+        # every 2 steps from 0, no gap, no duplicate, up to the step that reached the target
+        assert steps == list(range(0, steps[-1] + 1, 2)), steps
+
+
+def test_run_then_rerun_skips_finished_jobs(tmp_path, capsys):
+    spec = write_spec(tmp_path)
+    assert main(["run", str(spec)]) == 0
+    out = tmp_path / "out"
+    assert_complete_curves(out, 2)
+    before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/metrics.jsonl")}
+    assert main(["run", str(spec)]) == 0
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/metrics.jsonl")} == before
+    assert main(["status", str(out)]) == 0
+    assert "2 done, 0 running, 0 pending, 0 failed" in capsys.readouterr().out
+
+
+def test_crashing_job_is_reported_with_its_log_and_retried_by_the_next_run(tmp_path, capsys):
+    spec = write_spec(tmp_path, executor="local", extra="faults: {loss=dapo: 3}\n")
+    assert main(["run", str(spec)]) == 1
+    text = capsys.readouterr().out
+    assert "FAILED loss=dapo seed 0: sweeps.job.InjectedFault: fault injected at step 3" in text
+    log = re.search(r"\n  log: (\S+)", text).group(1)
+    assert "InjectedFault" in Path(log).read_text()
+    assert "retried by the next `sweep run`" in text
+    spec.write_text(spec.read_text().replace("faults: {loss=dapo: 3}\n", ""))
+    assert main(["run", str(spec)]) == 0
+    assert_complete_curves(tmp_path / "out", 2)
+
+
+@pytest.mark.parametrize("kill_jobs_too", [False, True], ids=["driver-only", "driver-and-jobs"])
+def test_kill_9_of_the_driver_then_rerun_resumes_without_gaps_or_duplicates(tmp_path, kill_jobs_too):
+    # driver-only: the jobs live on and the new driver watches them instead of launching twice;
+    # driver-and-jobs (a lost node): the new driver resumes every job from its checkpoint.
+    spec = write_spec(tmp_path, executor="local", target=160)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "sweeps.cli", "run", str(spec)]
+    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:  # kill once some job has a few evaluation points, none finished
+        lines = [len(p.read_text().splitlines()) for p in out.glob("runs/*/metrics.jsonl")]
+        if lines and max(lines) >= 3:
+            break
+        time.sleep(0.2)
+    if kill_jobs_too:
+        os.killpg(driver.pid, signal.SIGKILL)
+    else:
+        driver.kill()
+    driver.wait()
+    assert not list(out.glob("runs/*/done.json")), "killed too late: a job had already finished"
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert_complete_curves(out, 2)

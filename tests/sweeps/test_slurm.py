@@ -1,0 +1,128 @@
+"""SLURM for real: a one-node cluster (scripts/slurm-cluster.sh) runs sweeps through submitit arrays.
+
+Skipped with the reason when the cluster cannot be brought up here (not root, no apt).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sweeps.cli import main
+
+pytestmark = pytest.mark.slurm
+REPO = Path(__file__).resolve().parents[2]
+
+SPEC = """\
+name: tiny-{executor}
+axes: {{loss: dapo}}
+seeds: [0]
+overrides:
+  max_steps: 2000
+  model: {{hidden_size: 32, intermediate_size: 64, num_layers: 1, num_heads: 2}}
+  warm_start: {{steps: 20, batch_size: 16}}
+  task: {{train_size: 64, validation_size: 16}}
+  rollout: {{prompts_per_batch: 4, samples_per_prompt: 4}}
+  eval: {{every_steps: 2, num_prompts: 8, samples_per_prompt: 2}}
+  off_policy: {{k: 2}}
+  checkpoint: {{every_steps: 2}}
+budget: {{unit: samples, fit_at: {fit_at}, target: {target}}}
+executor:
+  name: {executor}
+  local: {{max_parallel: 2, cores_per_job: 1}}
+  slurm: {{cpus_per_task: 1, time_minutes: {minutes}, array_parallelism: 2, signal_delay_s: {delay}}}
+  poll_seconds: 1
+output_dir: {out}
+"""
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    if os.geteuid() != 0:
+        pytest.skip("bringing up SLURM needs root")
+    script = REPO / "scripts" / "slurm-cluster.sh"
+    result = subprocess.run([str(script), "up"], capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        pytest.skip(f"could not bring up SLURM here: {result.stderr.strip()[-500:]}")
+    env = subprocess.run([str(script), "env"], capture_output=True, text=True, check=True).stdout
+    conf, path = re.search(r"SLURM_CONF=(\S+) PATH=(\S+):\$PATH", env).groups()
+    saved = {key: os.environ.get(key) for key in ("SLURM_CONF", "PATH")}
+    os.environ["SLURM_CONF"], os.environ["PATH"] = conf, f"{path}:{os.environ['PATH']}"
+    yield
+    for key, value in saved.items():
+        os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+@pytest.fixture(autouse=True)
+def shared_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SCALERL_CACHE", str(tmp_path_factory.getbasetemp() / "warm-start-cache"))
+
+
+def write_spec(tmp_path, executor, target=64, minutes=10, delay=120):
+    out = tmp_path / executor
+    path = tmp_path / f"{executor}.yaml"
+    path.write_text(SPEC.format(executor=executor, out=out, fit_at=target // 2, target=target, minutes=minutes,
+                                delay=delay))
+    return path, out
+
+
+def curves(out: Path) -> dict[str, list[tuple]]:
+    """variant -> [(step, samples, pass rate)]: what must match across executors and interruptions."""
+    result = {}
+    for entry in json.loads((out / "plan.json").read_text()):
+        lines = [json.loads(line) for line in (out / entry["run_dir"] / "metrics.jsonl").read_text().splitlines()]
+        result[entry["variant"]] = [(r["step"], r["compute/samples"], r["eval/pass_rate"]) for r in lines]
+    return result
+
+
+def test_slurm_sweep_gives_the_local_executors_loo_table(tmp_path, slurm_cluster):
+    local_spec, local_out = write_spec(tmp_path, "local")
+    slurm_spec, slurm_out = write_spec(tmp_path, "slurm")
+    assert main(["run", str(local_spec)]) == 0
+    assert main(["run", str(slurm_spec)]) == 0
+    assert curves(slurm_out) == curves(local_out)
+    columns = ["variant", "A", "B", "C_mid", "pred_at_target", "observed_at_target", "verdict"]
+    local_table = pd.read_csv(local_out / "loo_table.csv")
+    slurm_table = pd.read_csv(slurm_out / "loo_table.csv")
+    pd.testing.assert_frame_equal(slurm_table[[c for c in columns if c in local_table]],
+                                  local_table[[c for c in columns if c in local_table]])
+    assert list((slurm_out / "logs").iterdir()), "no SLURM job logs in the sweep directory"
+
+
+@pytest.mark.slow  # ~4 minutes: SLURM's 1-minute minimum limit and ~30 s checks; `pytest -m slow` runs it
+def test_a_time_limit_requeues_and_the_job_resumes_to_the_same_curve(tmp_path, slurm_cluster):
+    # 1-minute limit, USR2 30 s before it: a ~2-minute job is requeued at least once.
+    reference_spec, reference_out = write_spec(tmp_path, "local", target=1600)
+    limited_spec, limited_out = write_spec(tmp_path, "slurm", target=1600, minutes=1, delay=30)
+    assert main(["run", str(limited_spec)]) == 0
+    logs = "\n".join(path.read_text() for path in (limited_out / "logs").rglob("*.err"))
+    assert "requeued" in logs.lower() or "timed-out" in logs.lower() or "timeout" in logs.lower(), logs[-3000:]
+    assert main(["run", str(reference_spec)]) == 0
+    assert curves(limited_out) == curves(reference_out)
+
+
+def test_scancel_then_sweep_run_resumes_from_the_checkpoint(tmp_path, slurm_cluster):
+    spec, out = write_spec(tmp_path, "slurm", target=1600)
+    driver = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        lines = [len(p.read_text().splitlines()) for p in out.glob("runs/*/metrics.jsonl")]
+        if lines and min(lines) >= 4 and len(lines) == 2:
+            break
+        time.sleep(0.5)
+    assert main(["cancel", str(spec)]) == 0
+    output = driver.communicate(timeout=180)[0]
+    assert driver.returncode == 1, output[-2000:]
+    assert "FAILED" in output and "retried by the next `sweep run`" in output
+    assert len(list(out.glob("runs/*/done.json"))) < 2, "cancelled too late: every job had finished"
+    assert main(["run", str(spec)]) == 0
+    for steps in curves(out).values():
+        assert [step for step, _, _ in steps] == list(range(0, steps[-1][0] + 1, 2))
