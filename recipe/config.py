@@ -173,6 +173,17 @@ def to_dict(config: RecipeConfig) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
+def flatten_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"loss": {"name": "cispo"}} -> {"loss.name": "cispo"}: every leaf under its field path."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def compose_recipe(source: str | Path | None, layers: Sequence[tuple[str, Mapping[str, Any]]]) -> RecipeConfig:
     """ScaleRL base <- YAML file `source` (None: the base alone) <- each (name, dict) layer in order.
 

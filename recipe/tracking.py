@@ -15,6 +15,8 @@ import os
 import time
 from pathlib import Path
 
+from recipe.config import flatten_config
+
 METRICS_NAME = "metrics.jsonl"
 MLFLOW_RUN_NAME = "mlflow_run_id"
 
@@ -50,16 +52,6 @@ class MetricsFile:
         self.records.append(record)
 
 
-def flatten(data: dict, prefix: str = "") -> dict[str, str]:
-    flat = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = str(value)
-    return flat
-
-
 def default_tracking_uri(run_dir: Path) -> str:
     """MLFLOW_TRACKING_URI if set, else a SQLite store beside the run directory."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(run_dir).resolve().parent / 'mlflow.db'}"
@@ -89,7 +81,7 @@ class MlflowRun:
             id_file.write_text(self.run_id + "\n")
             from mlflow.entities import Param
 
-            self.client.log_batch(self.run_id, params=[Param(k, v[:6000]) for k, v in flatten(params).items()])
+            self.client.log_batch(self.run_id, params=[Param(k, str(v)[:6000]) for k, v in flatten_config(params).items()])
 
     def log(self, record: dict) -> None:
         from mlflow.entities import Metric

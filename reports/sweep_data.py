@@ -87,13 +87,9 @@ def budget_from_meta(meta: Mapping) -> tuple[Budget, list[str]]:
 
 def flatten_config(data: Mapping, prefix: str = "") -> dict[str, str]:
     """{"loss": {"name": "cispo"}} -> {"loss.name": "cispo"}; leaves as str(), like the driver's MLflow params."""
-    flat = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten_config(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = str(value)
-    return flat
+    from recipe.config import flatten_config as flatten_fields
+
+    return {key: str(value) for key, value in flatten_fields(data, prefix).items()}
 
 
 def _finite(value) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from components.registry import ConfigError
-from recipe.config import RecipeConfig, compose_recipe, run_id, to_dict
+from recipe.config import RecipeConfig, compose_recipe, flatten_config, run_id, to_dict
 from sweeps.spec import SweepSpec, base_source, output_dir
 
 BASE = "base"
@@ -55,19 +55,9 @@ def alternatives(axis: str, value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def differing_paths(first: RecipeConfig, second: RecipeConfig) -> list[str]:
     """Field paths (e.g. "loss.name", "precision.fp32_head") whose values differ."""
-    a, b = flatten(to_dict(first)), flatten(to_dict(second))
+    a, b = flatten_config(to_dict(first)), flatten_config(to_dict(second))
     return sorted(path for path in set(a) | set(b) if a.get(path, object()) != b.get(path, object()))
 
 

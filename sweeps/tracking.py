@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recipe.config import to_dict
-from sweeps.planner import Job, flatten
+from recipe.config import flatten_config, to_dict
+from sweeps.planner import Job
 from sweeps.spec import SweepSpec
 from sweeps.state import write_json_atomic
 
@@ -50,7 +50,7 @@ def job_tags(job: Job, parent_run_id: str) -> dict[str, str]:
 
 def recipe_params(job: Job) -> dict[str, str]:
     params = {}
-    for key, value in flatten(to_dict(job.recipe)).items():
+    for key, value in flatten_config(to_dict(job.recipe)).items():
         text = str(value)
         params[key] = text if len(text) <= PARAM_VALUE_LIMIT else text[: PARAM_VALUE_LIMIT - 3] + "..."
     return params
