@@ -56,7 +56,7 @@ class RecipeConfig:
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
     seed: int = 0
-    max_steps: int = 400
+    max_steps: int = 250
 
 
 AXES = tuple(REGISTRIES)
