@@ -60,8 +60,9 @@ class RecipeConfig:
 
 
 AXES = tuple(REGISTRIES)
-# Sections that do not change what a run computes, so they stay out of its id.
-NOT_IN_RUN_ID = ("tracking",)
+# Field paths that do not change what a run computes (where it logs, where caches live), so they
+# stay out of its id.
+NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir")
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -210,7 +211,8 @@ def resolved_yaml(config: RecipeConfig) -> str:
 
 
 def run_id(config: RecipeConfig) -> str:
-    """12 hex digits of sha256 over the resolved config (minus tracking): same config, same id."""
-    data = {key: value for key, value in to_dict(config).items() if key not in NOT_IN_RUN_ID}
+    """12 hex digits of sha256 over the resolved config (minus NOT_IN_RUN_ID): same config, same id."""
+    data = {key: value for key, value in flatten_config(to_dict(config)).items()
+            if not any(key == path or key.startswith(f"{path}.") for path in NOT_IN_RUN_ID)}
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]

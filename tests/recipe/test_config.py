@@ -95,6 +95,8 @@ def test_run_id_depends_on_what_is_computed_only():
     assert run_id(load_recipe(overrides=["seed=1"])) != base
     assert run_id(load_recipe(overrides=["loss.eps_max=5"])) != base
     assert run_id(load_recipe(overrides=["tracking.experiment=elsewhere"])) == base
+    assert run_id(load_recipe(overrides=["warm_start.cache_dir=/elsewhere"])) == base
+    assert run_id(load_recipe(overrides=["warm_start.steps=7"])) != base
 
 
 def test_config_is_frozen():
