@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from recipe.config import RecipeConfig
+from sweeps.progress import compute_key
 from sweeps.state import RunLock, is_done, mark_done
 
 
@@ -46,7 +47,7 @@ class TrainingJob:
             if is_done(run_dir):
                 return json_summary(run_dir)
             started = time.time()
-            key = f"compute/{self.unit}"
+            key = compute_key(self.unit)
             reached: dict[str, Any] = {}
 
             def on_eval(record: dict) -> None:

@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 
+from recipe.compute import COMPUTE_AXES
 from sweeps.planner import Job
 from sweeps.spec import SweepSpec
 from sweeps.state import DONE, FAILED, PENDING, RUNNING, is_done, is_locked, read_state
@@ -20,7 +21,8 @@ TAIL_BYTES = 65536
 
 
 def compute_key(unit: str) -> str:
-    return f"compute/{unit}"
+    """The metrics.jsonl key of a compute unit, as the training loop's accounting names it."""
+    return COMPUTE_AXES[unit]
 
 
 @dataclasses.dataclass
