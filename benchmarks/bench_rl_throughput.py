@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     gen_tokens, gen_context = sequence_cost(prompt_lengths, rollout.lengths.tolist())
 
     group_ids = torch.arange(P).repeat_interleave(G)
-    batch = TrainBatch(rollout, torch.randn(len(prompts)), group_ids, staleness=0)
+    batch = TrainBatch(rollout, torch.randn(len(prompts)), group_ids, version=0)
     optimizer, schedule = build_optimizer(model, cfg.optimizer)
     train_seconds, _ = timed(lambda: train_step(
         model, optimizer, schedule, batch, loss_fn=c.loss, aggregation=c.aggregation, precision=c.precision,

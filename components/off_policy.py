@@ -28,15 +28,20 @@ OFF_POLICY_MODES: Registry[OffPolicyMode] = Registry("off_policy", OffPolicyMode
 class PipelineRlMode(OffPolicyMode):
     """Generators never stop; new weights reach them after every trainer step, mid-sequence (PipelineRL-k).
 
-    The trainer waits whenever a batch would contain a token sampled more than k versions before its
-    own: staleness <= k. ScaleRL uses k = 8.
+    No token is trained on more than k versions after the weights that sampled it: staleness <= k.
+    ScaleRL uses k = 8. The generator and the trainer each hold their own devices (cores on CPU,
+    GPUs on a node): generator_devices + trainer_devices in all.
     """
 
     asynchronous = True
 
-    def __init__(self, k: int = 8) -> None:
+    def __init__(self, k: int = 8, generator_devices: int = 1, trainer_devices: int = 1) -> None:
         require(k >= 1, "k", k, ">= 1 trainer steps of allowed lag")
+        require(generator_devices >= 1, "generator_devices", generator_devices, ">= 1 device (core or GPU)")
+        require(trainer_devices >= 1, "trainer_devices", trainer_devices, ">= 1 device (core or GPU)")
         self.k = k
+        self.generator_devices = generator_devices
+        self.trainer_devices = trainer_devices
 
     @property
     def max_staleness(self) -> int:

@@ -1,7 +1,10 @@
 """Compute accounting: device-seconds, estimated FLOPs and sample/token counts, logged with every eval point.
 
-device-seconds = wall-clock seconds of generation + training x devices in use: the paper's GPU-hours
-generalised to any machine (evaluation time is kept apart and not counted). FLOPs are estimated
+device-seconds = wall-clock seconds of the run x devices it holds: the paper's GPU-hours generalised
+to any machine. A device is a core on CPU (the torch threads of a process) and an accelerator
+otherwise. The wall-clock is that of generation + training: in the synchronous loop the two take
+turns (their sum); under PipelineRL they overlap and the trainer's loop wall-clock counts, waits
+included, with the devices of both roles. Evaluation time is kept apart and not counted. FLOPs are estimated
 per token (Kaplan et al. 2020, C_forward ~ 2 N + 2 n_layer n_ctx d_model with N the non-embedding
 parameters); a training token costs 3 forwards (forward + backward). A sweep fits its curves against
 one of COMPUTE_AXES, chosen by name.
@@ -54,7 +57,8 @@ def sequence_cost(prompt_lengths, response_lengths) -> tuple[float, float]:
 @dataclass
 class ComputeMeter:
     devices: int = 1
-    generation_seconds: float = 0.0
+    wall_seconds: float = 0.0  # generation + training wall-clock (overlapping roles counted once)
+    generation_seconds: float = 0.0  # generator busy time
     training_seconds: float = 0.0
     evaluation_seconds: float = 0.0
     generation_flops: float = 0.0
@@ -65,7 +69,7 @@ class ComputeMeter:
 
     @property
     def device_seconds(self) -> float:
-        return (self.generation_seconds + self.training_seconds) * self.devices
+        return self.wall_seconds * self.devices
 
     def add_generation(self, seconds: float, shape: ModelShape, prompt_lengths, response_lengths) -> None:
         tokens, context = sequence_cost(prompt_lengths, response_lengths)
@@ -84,6 +88,8 @@ class ComputeMeter:
         return {
             "compute/device_seconds": self.device_seconds,
             "compute/device_hours": self.device_seconds / 3600.0,
+            "compute/wall_seconds": self.wall_seconds,
+            "compute/devices": float(self.devices),
             "compute/generation_seconds": self.generation_seconds,
             "compute/training_seconds": self.training_seconds,
             "compute/evaluation_seconds": self.evaluation_seconds,
@@ -101,3 +107,5 @@ class ComputeMeter:
     def load_state_dict(self, state: dict) -> None:
         for key, value in state.items():
             setattr(self, key, value)
+        if "wall_seconds" not in state:  # checkpoints from before the wall-clock field: roles took turns
+            self.wall_seconds = self.generation_seconds + self.training_seconds

@@ -201,8 +201,12 @@ def compose_recipe(source: str | Path | None, layers: Sequence[tuple[str, Mappin
 
 
 def load_recipe(source: str | Path | None = None, overrides: Sequence[str] = ()) -> RecipeConfig:
-    """ScaleRL base <- YAML file `source` (None: the base alone) <- key=value `overrides`."""
-    return compose_recipe(source, [("overrides", parse_overrides(overrides))] if overrides else [])
+    """ScaleRL base <- YAML file `source` (None: the base alone) <- key=value `overrides`, in order.
+
+    One layer per override, so `off_policy=pipeline_rl off_policy.k=2` switches the component and
+    then sets its parameter (a single dotlist would let the second replace the first).
+    """
+    return compose_recipe(source, [("overrides", parse_overrides([override])) for override in overrides])
 
 
 def resolved_yaml(config: RecipeConfig) -> str:

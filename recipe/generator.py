@@ -10,11 +10,19 @@ Forced interruption (length control): when a sample has thought for its budget w
 answers for at most `answer_budget` tokens. The response layout is [prompt, left-padded | response,
 right-padded]; positions come from the attention mask, so the trainer's single forward pass over
 the same tensors sees exactly what the generator saw.
+
+In-flight weight updates (PipelineRL): `on_decode_step` is called before the prefill and before
+every decode step; it may load new weights into the model in place and returns the policy version
+now loaded. The KV cache of the tokens so far is kept (their keys and values stay those of the
+older weights, as in PipelineRL); each token records the version whose forward pass produced its
+logits, so a sequence can span several versions and its behaviour logprobs are exactly the ones
+it was sampled with.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -35,6 +43,7 @@ class Rollout:
     lengths: torch.Tensor  # (B,) generated tokens including forced ones
     truncated: torch.Tensor  # (B,) bool: stopped by a length limit before <eos>
     interrupted: torch.Tensor  # (B,) bool: the interruption phrase was forced in
+    versions: torch.Tensor  # (B, T) long: policy version (trainer steps) of the weights that produced each token
 
     @property
     def response_ids(self) -> torch.Tensor:
@@ -60,7 +69,8 @@ def decode_responses(tokenizer, rollout: Rollout) -> list[str]:
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], *, precision, length_control, max_new_tokens: int,
              temperature: float = 1.0, greedy: bool = False, torch_rng: torch.Generator | None = None,
-             numpy_rng: np.random.Generator | None = None) -> Rollout:
+             numpy_rng: np.random.Generator | None = None, policy_version: int = 0,
+             on_decode_step: Callable[[], int] | None = None) -> Rollout:
     """Sample one response per prompt (repeat prompts for G samples). Runs on the model's device."""
     from transformers import DynamicCache
 
@@ -91,7 +101,8 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     interrupted = torch.zeros(B, dtype=torch.bool, device=device)
     truncated = torch.zeros(B, dtype=torch.bool, device=device)
     lengths = torch.zeros(B, dtype=torch.long, device=device)
-    tokens, logprobs, sampled_masks = [], [], []
+    tokens, logprobs, sampled_masks, versions = [], [], [], []
+    version = on_decode_step() if on_decode_step is not None else policy_version
 
     cache = DynamicCache()
     positions = positions_from_mask(attention_mask)
@@ -116,6 +127,7 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         tokens.append(token)
         logprobs.append(torch.where(sampled, logp, torch.zeros_like(logp)))
         sampled_masks.append(sampled)
+        versions.append(version)
         lengths += (~finished).long()
 
         # Thinking ends at </think> (sampled or the phrase's last tokens).
@@ -141,6 +153,8 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         if bool(finished.all()) or t == limit - 1:
             break
         attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+        if on_decode_step is not None:
+            version = on_decode_step()  # new weights apply from this forward pass on
         out = parts.body(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position[:, None],
                          past_key_values=cache, use_cache=True)
         hidden = out.last_hidden_state[:, -1]
@@ -158,4 +172,5 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         lengths=lengths,
         truncated=truncated,
         interrupted=interrupted,
+        versions=torch.tensor(versions, dtype=torch.long, device=device)[None, :].expand(B, -1).clone(),
     )

@@ -60,6 +60,17 @@ def model_directory(cfg: RecipeConfig, log_every: int = 0) -> Path:
 
 
 @dataclass
+class Samples:
+    """P prompts x G sampled responses, scored: what a generator hands to the trainer."""
+
+    prompt_ids: list[int]  # (P,)
+    rollout: Rollout  # B = P G rows, prompt i's samples at rows i G .. i G + G - 1
+    correct: torch.Tensor  # (B,) bool, on CPU
+    rewards: torch.Tensor  # (B,) float, after length control's shaping, on CPU
+    seconds: float  # generation wall-clock
+
+
+@dataclass
 class Minibatch:
     batch: TrainBatch | None  # None when the filter dropped every group
     metrics: dict[str, float]
@@ -72,28 +83,37 @@ def select_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
     return Rollout(**{k: (v[rows] if torch.is_tensor(v) else v) for k, v in rollout.__dict__.items()})
 
 
-def collect_minibatch(model, tokenizer, task, c: Components, cfg: RecipeConfig, rngs: dict, staleness: int) -> Minibatch:
-    """Sample P prompts x G responses with the current (frozen) weights and score them."""
+def sample_groups(model, tokenizer, task, c: Components, cfg: RecipeConfig, prompt_ids: list[int], rngs: dict,
+                  policy_version: int, on_decode_step: Callable[[], int] | None = None) -> Samples:
+    """Sample G responses to each prompt with the model's weights and score them (+1 / -1, then shaped)."""
     started = time.perf_counter()
-    P, G = cfg.rollout.prompts_per_batch, cfg.rollout.samples_per_prompt
-    prompt_ids = c.curriculum.sample(P)
+    G = cfg.rollout.samples_per_prompt
     problems = [task.train[i] for i in prompt_ids]
     rollout = generate(model, tokenizer, [p.prompt for p in problems for _ in range(G)], precision=c.precision,
                        length_control=c.length_control, max_new_tokens=cfg.rollout.max_new_tokens,
-                       temperature=cfg.rollout.temperature, torch_rng=rngs["torch"], numpy_rng=rngs["numpy"])
-    correct = score(task, tokenizer, rollout, [p.answer for p in problems for _ in range(G)])
+                       temperature=cfg.rollout.temperature, torch_rng=rngs["torch"], numpy_rng=rngs["numpy"],
+                       policy_version=policy_version, on_decode_step=on_decode_step)
+    correct = score(task, tokenizer, rollout, [p.answer for p in problems for _ in range(G)]).cpu()
+    rewards = c.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), rollout.lengths.cpu(), correct)
+    return Samples(list(prompt_ids), rollout, correct, rewards, time.perf_counter() - started)
+
+
+def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:
+    """Filter groups, normalize advantages, feed the pass rates to the curriculum; the rollout metrics."""
+    rollout, correct, rewards = samples.rollout, samples.correct, samples.rewards
+    P = len(samples.prompt_ids)
+    G = len(correct) // P
     lengths = rollout.lengths.cpu()
-    rewards = c.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), lengths, correct)
     group_ids = torch.arange(P).repeat_interleave(G)  # (B,) sample i belongs to prompt i // G
     keep, advantages = filter_and_normalize(rewards, group_ids, c.batch_filter, c.advantage_norm)
-    c.curriculum.update(prompt_ids, correct.view(P, G).float().mean(dim=1).tolist())
+    c.curriculum.update(samples.prompt_ids, correct.view(P, G).float().mean(dim=1).tolist())
 
     rows = keep.nonzero().squeeze(-1)
     device = rollout.input_ids.device
     batch = None
     if rows.numel():
         batch = TrainBatch(select_rows(rollout, rows.to(device)), advantages[rows].to(device), group_ids[rows].to(device),
-                           staleness)
+                           version=-1)  # the trainer's version is set when it trains on the batch
     real_prompt = rollout.attention_mask[:, : rollout.prompt_width].sum(dim=1).cpu()
     metrics = {
         "rollout/pass_rate": float(correct.float().mean()),
@@ -105,29 +125,30 @@ def collect_minibatch(model, tokenizer, task, c: Components, cfg: RecipeConfig, 
         "rollout/kept_group_frac": float(keep.view(P, G)[:, 0].float().mean()),
         "rollout/kept_sample_frac": float(keep.float().mean()),
     }
-    return Minibatch(batch, metrics, time.perf_counter() - started, real_prompt.tolist(), lengths.tolist())
+    return Minibatch(batch, metrics, samples.seconds, real_prompt.tolist(), lengths.tolist())
 
 
-def train_on(minibatch: Minibatch, model, optimizer, schedule, c: Components, cfg: RecipeConfig,
-             meter: ComputeMeter, shape: ModelShape) -> dict[str, float]:
-    """One optimizer step on a minibatch (none if every group was filtered); charges its compute."""
+def train_on(minibatch: Minibatch, version: int, run: "Run") -> dict[str, float]:
+    """One optimizer step at policy `version` on a minibatch (none if every group was filtered); charges its compute."""
     started = time.perf_counter()
+    cfg, c, meter = run.cfg, run.c, run.meter
     metrics = dict(minibatch.metrics)
     metrics["train/skipped"] = float(minibatch.batch is None)
-    meter.add_generation(minibatch.seconds, shape, minibatch.prompt_lengths, minibatch.response_lengths)
+    meter.add_generation(minibatch.seconds, run.shape, minibatch.prompt_lengths, minibatch.response_lengths)
     if minibatch.batch is None:
         return metrics
-    metrics.update(train_step(model, optimizer, schedule, minibatch.batch, loss_fn=c.loss, aggregation=c.aggregation,
-                              precision=c.precision, temperature=cfg.rollout.temperature,
+    minibatch.batch.version = version
+    metrics.update(train_step(run.model, run.optimizer, run.schedule, minibatch.batch, loss_fn=c.loss,
+                              aggregation=c.aggregation, precision=c.precision, temperature=cfg.rollout.temperature,
                               grad_clip=cfg.optimizer.grad_clip, micro_batch_size=cfg.optimizer.micro_batch_size))
     kept = minibatch.batch.rollout
-    meter.add_training(time.perf_counter() - started, shape,
+    meter.add_training(time.perf_counter() - started, run.shape,
                        kept.attention_mask[:, : kept.prompt_width].sum(dim=1).tolist(), kept.lengths.tolist())
     return metrics
 
 
 class Averager:
-    """Means of the train/rollout metrics of the steps since the last evaluation point."""
+    """Means of the train/rollout metrics of the steps since the last evaluation point (maxima for `*_max` keys)."""
 
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
@@ -135,8 +156,12 @@ class Averager:
 
     def add(self, metrics: dict[str, float]) -> None:
         for key, value in metrics.items():
-            self.sums[key] = self.sums.get(key, 0.0) + value
-            self.counts[key] = self.counts.get(key, 0) + 1
+            if key.endswith("_max"):
+                self.sums[key] = max(self.sums.get(key, value), value)
+                self.counts[key] = 1
+            else:
+                self.sums[key] = self.sums.get(key, 0.0) + value
+                self.counts[key] = self.counts.get(key, 0) + 1
 
     def pop(self) -> dict[str, float]:
         means = {key: self.sums[key] / self.counts[key] for key in sorted(self.sums)}
@@ -155,92 +180,132 @@ def prepare_run_dir(cfg: RecipeConfig, run_dir: Path) -> None:
     config_path.write_text(text)
 
 
+def default_devices(device: str) -> int:
+    """Devices a single-process run holds: its torch threads (cores) on CPU, one accelerator otherwise."""
+    return torch.get_num_threads() if str(device) == "cpu" else 1
+
+
+class Run:
+    """Everything a run carries between steps, loaded from the run directory (resumed from its checkpoint).
+
+    Both schedules use it: the synchronous loop below and the PipelineRL trainer process
+    (recipe/pipeline.py). `extra` holds the checkpoint's schedule-specific fields.
+    """
+
+    def __init__(self, cfg: RecipeConfig, run_dir: Path, device: str, devices: int) -> None:
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        prepare_run_dir(cfg, self.run_dir)
+        self.model, self.tokenizer = load_model_dir(model_directory(cfg, log_every=100), cfg.model.dtype, device)
+        self.model.eval()
+        self.task = build_task(cfg.task, self.tokenizer)
+        self.c = build_components(cfg)
+        self.optimizer, self.schedule = build_optimizer(self.model, cfg.optimizer)
+        self.c.curriculum.reset(len(self.task.train), cfg.seed)
+        self.shape = ModelShape.of(self.model)
+        self.meter = ComputeMeter(devices=devices)
+        self.pending = Averager()
+        torch.manual_seed(cfg.seed)
+        self.rngs = {"torch": torch.Generator(device=device).manual_seed(cfg.seed),
+                     "numpy": np.random.default_rng(cfg.seed)}
+        self.eval_kwargs = dict(precision=self.c.precision, length_control=self.c.length_control, eval_cfg=cfg.eval,
+                                max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+                                seed=cfg.seed, batch_size=cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt)
+        self.step = self.last_checkpoint = 0
+        self.extra: dict = {}
+        checkpoint = load_checkpoint(self.run_dir)
+        self.resumed = checkpoint is not None
+        if checkpoint is not None:
+            self.model.load_state_dict(checkpoint["model"])
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+            self.schedule.load_state_dict(checkpoint["schedule"])
+            self.c.curriculum.load_state_dict(checkpoint["curriculum"])
+            self.meter.load_state_dict(checkpoint["compute"])
+            self.pending.sums, self.pending.counts = checkpoint["pending"]
+            self.rngs["torch"].set_state(checkpoint["rng"]["torch"])
+            self.rngs["numpy"].bit_generator.state = checkpoint["rng"]["numpy"]
+            torch.set_rng_state(checkpoint["rng"]["global"])
+            self.step = self.last_checkpoint = checkpoint["step"]
+            self.extra = checkpoint.get("extra", {})
+        self.tracker = Tracker(self.run_dir, cfg.tracking, to_dict(cfg), run_id(cfg),
+                               None if checkpoint is None else self.step)
+
+    def evaluate(self) -> dict:
+        """Evaluate now, log the record (train metrics since the last one, curriculum, compute) and return it."""
+        started = time.perf_counter()
+        record = {"step": self.step, **evaluate(self.model, self.tokenizer, self.task, step=self.step,
+                                                **self.eval_kwargs)}
+        self.meter.evaluation_seconds += time.perf_counter() - started
+        record.update(self.pending.pop())
+        record.update(self.c.curriculum.metrics())
+        record.update(self.meter.metrics())
+        self.tracker.log(record)
+        return record
+
+    def eval_due(self) -> bool:
+        return self.step % self.cfg.eval.every_steps == 0 or self.step == self.cfg.max_steps
+
+    def save(self, extra: dict | None = None) -> None:
+        save_checkpoint(self.run_dir, {
+            "step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "schedule": self.schedule.state_dict(), "curriculum": self.c.curriculum.state_dict(),
+            "compute": self.meter.state_dict(), "pending": (self.pending.sums, self.pending.counts),
+            "rng": {"torch": self.rngs["torch"].get_state(), "numpy": self.rngs["numpy"].bit_generator.state,
+                    "global": torch.get_rng_state()},
+            "extra": extra or {},
+        })
+        self.last_checkpoint = self.step
+
+
 def train(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu",
           on_eval: Callable[[dict], None] | None = None, on_step: Callable[[int, ComputeMeter], None] | None = None,
           stop_at_step: int | None = None) -> list[dict]:
     """Run (or resume) `cfg` in `run_dir`; returns the evaluation records of metrics.jsonl.
 
     stop_at_step: return early once that step is reached (after any checkpoint due then) - tests
-    use it to interrupt a run at a known point.
+    use it to interrupt a run at a known point. An asynchronous off-policy mode (pipeline_rl) runs
+    in generator and trainer processes (recipe/pipeline.py); the callbacks then run in this process.
     """
-    run_dir = Path(run_dir)
-    prepare_run_dir(cfg, run_dir)
-    model, tokenizer = load_model_dir(model_directory(cfg, log_every=100), cfg.model.dtype, device)
-    model.eval()
-    task = build_task(cfg.task, tokenizer)
-    c = build_components(cfg)
-    if c.off_policy.asynchronous:
-        raise NotImplementedError("off_policy=pipeline_rl is not implemented yet; use off_policy=ppo_off_policy")
-    optimizer, schedule = build_optimizer(model, cfg.optimizer)
-    c.curriculum.reset(len(task.train), cfg.seed)
-    shape = ModelShape.of(model)
-    meter = ComputeMeter()
-    pending = Averager()
-    torch.manual_seed(cfg.seed)
-    rngs = {"torch": torch.Generator(device=device).manual_seed(cfg.seed), "numpy": np.random.default_rng(cfg.seed)}
-    eval_kwargs = dict(precision=c.precision, length_control=c.length_control, eval_cfg=cfg.eval,
-                       max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature, seed=cfg.seed,
-                       batch_size=cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt)
-    step = last_checkpoint = 0
+    if REGISTRIES["off_policy"].build(cfg.off_policy).asynchronous:
+        from recipe.pipeline import train_pipeline
 
-    checkpoint = load_checkpoint(run_dir)
-    if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        schedule.load_state_dict(checkpoint["schedule"])
-        c.curriculum.load_state_dict(checkpoint["curriculum"])
-        meter.load_state_dict(checkpoint["compute"])
-        pending.sums, pending.counts = checkpoint["pending"]
-        rngs["torch"].set_state(checkpoint["rng"]["torch"])
-        rngs["numpy"].bit_generator.state = checkpoint["rng"]["numpy"]
-        torch.set_rng_state(checkpoint["rng"]["global"])
-        step = last_checkpoint = checkpoint["step"]
-    tracker = Tracker(run_dir, cfg.tracking, to_dict(cfg), run_id(cfg), None if checkpoint is None else step)
+        return train_pipeline(cfg, run_dir, device=device, on_eval=on_eval, on_step=on_step, stop_at_step=stop_at_step)
+    run = Run(cfg, Path(run_dir), device, default_devices(device))
 
     def log_eval() -> None:
-        started = time.perf_counter()
-        record = {"step": step, **evaluate(model, tokenizer, task, step=step, **eval_kwargs)}
-        meter.evaluation_seconds += time.perf_counter() - started
-        record.update(pending.pop())
-        record.update(c.curriculum.metrics())
-        record.update(meter.metrics())
-        tracker.log(record)
+        record = run.evaluate()
         if on_eval is not None:
             on_eval(record)
 
-    def save() -> None:
-        save_checkpoint(run_dir, {
-            "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "schedule": schedule.state_dict(), "curriculum": c.curriculum.state_dict(),
-            "compute": meter.state_dict(), "pending": (pending.sums, pending.counts),
-            "rng": {"torch": rngs["torch"].get_state(), "numpy": rngs["numpy"].bit_generator.state,
-                    "global": torch.get_rng_state()},
-        })
-
     try:
-        if checkpoint is None:
+        if not run.resumed:
             log_eval()
-        while step < cfg.max_steps:
-            # 1. Generation round: k minibatches sampled with the same frozen weights.
-            k = min(c.off_policy.k, cfg.max_steps - step)
-            round_ = [collect_minibatch(model, tokenizer, task, c, cfg, rngs, staleness=j) for j in range(k)]
+        while run.step < cfg.max_steps:
+            # 1. Generation round: k minibatches sampled with the same frozen weights (version = step).
+            k = min(run.c.off_policy.k, cfg.max_steps - run.step)
+            round_ = []
+            for _ in range(k):
+                samples = sample_groups(run.model, run.tokenizer, run.task, run.c, cfg,
+                                        run.c.curriculum.sample(cfg.rollout.prompts_per_batch), run.rngs,
+                                        policy_version=run.step)
+                round_.append(assemble_minibatch(samples, run.c))
             # 2. k optimizer steps, minibatch j after j updates since it was sampled.
             for minibatch in round_:
-                metrics = train_on(minibatch, model, optimizer, schedule, c, cfg, meter, shape)
-                step += 1
-                pending.add(metrics)
+                started = time.perf_counter()
+                metrics = train_on(minibatch, run.step, run)
+                run.meter.wall_seconds += minibatch.seconds + time.perf_counter() - started  # one role at a time
+                run.step += 1
+                run.pending.add(metrics)
                 if on_step is not None:
-                    on_step(step, meter)
-                if step % cfg.eval.every_steps == 0 or step == cfg.max_steps:
+                    on_step(run.step, run.meter)
+                if run.eval_due():
                     log_eval()
             # 3. Checkpoints sit on round boundaries, where no sampled-but-untrained data exists.
-            if step - last_checkpoint >= cfg.checkpoint.every_steps or step == cfg.max_steps:
-                save()
-                last_checkpoint = step
-            if stop_at_step is not None and step >= stop_at_step:
-                return tracker.records
+            if run.step - run.last_checkpoint >= cfg.checkpoint.every_steps or run.step == cfg.max_steps:
+                run.save()
+            if stop_at_step is not None and run.step >= stop_at_step:
+                return run.tracker.records
     except BaseException:
-        tracker.finish("FAILED")  # the MLflow run must not look alive; metrics.jsonl is already complete
+        run.tracker.finish("FAILED")  # the MLflow run must not look alive; metrics.jsonl is already complete
         raise
-    tracker.finish()
-    return tracker.records
+    run.tracker.finish()
+    return run.tracker.records

@@ -42,7 +42,11 @@ class TrainBatch:
     rollout: Rollout
     advantages: torch.Tensor  # (B,) one per sequence
     group_ids: torch.Tensor  # (B,)
-    staleness: int  # trainer steps between the sampling weights and the weights updated now
+    version: int  # the trainer's policy version (optimizer steps taken) when it trains on this batch
+
+    def staleness(self) -> torch.Tensor:
+        """Per sampled token: trainer version - version of the weights that sampled it (>= 0)."""
+        return (self.version - self.rollout.versions)[self.rollout.loss_mask]
 
 
 def build_optimizer(model, cfg):
@@ -57,6 +61,8 @@ def build_optimizer(model, cfg):
 def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggregation, precision,
                temperature: float, grad_clip: float, micro_batch_size: int = 0) -> dict[str, float]:
     """One optimizer step on `batch`; returns train metrics (loss, grad norm, entropy, ratios...)."""
+    staleness = batch.staleness()
+    max_staleness = int(staleness.max()) if staleness.numel() else 0
     model.train()
     rollout = batch.rollout
     mask = rollout.loss_mask
@@ -92,9 +98,10 @@ def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggreg
         "train/lr": optimizer.param_groups[0]["lr"],
         "train/entropy": entropy_sum / max(token_count, 1.0),
         "train/tokens": token_count,
-        "train/staleness": float(batch.staleness),
+        "train/staleness": float(staleness.float().mean()) if staleness.numel() else 0.0,
+        "train/staleness_max": float(max_staleness),
     })
-    if batch.staleness == 0:
+    if max_staleness == 0:
         # Same weights on both sides: any gap is generator/trainer numerics (bf16 head, batching).
         metrics["train/logprob_mismatch"] = mismatch_sum / max(token_count, 1.0)
     return metrics

@@ -18,6 +18,7 @@ def test_meter_adds_generation_and_training_flops():
     assert meter.generation_flops == 8320
     meter.add_training(1.0, shape, [2], [2])
     assert meter.training_flops == 3 * 8320  # forward + backward ~ 3 forwards
+    meter.wall_seconds = 3.0  # the loop charges the wall-clock: here the roles took turns (2 + 1)
     metrics = meter.metrics()
     assert metrics["compute/device_seconds"] == 3.0
     assert metrics["compute/flops"] == 4 * 8320
@@ -27,6 +28,14 @@ def test_meter_adds_generation_and_training_flops():
     restored = ComputeMeter()
     restored.load_state_dict(meter.state_dict())
     assert restored == meter
+
+
+def test_meter_from_a_checkpoint_without_wall_clock_charges_generation_plus_training():
+    old = ComputeMeter(generation_seconds=2.0, training_seconds=1.0).state_dict()
+    del old["wall_seconds"]
+    restored = ComputeMeter()
+    restored.load_state_dict(old)
+    assert restored.device_seconds == 3.0
 
 
 def test_compute_axes_name_metrics_the_meter_logs():

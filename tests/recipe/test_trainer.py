@@ -23,7 +23,7 @@ def make_batch(model, tokenizer, G=4):
                        torch_rng=torch.Generator().manual_seed(0), numpy_rng=np.random.default_rng(0))
     group_ids = torch.arange(len(PROMPTS)).repeat_interleave(G)
     advantages = torch.linspace(-1.5, 1.5, len(group_ids))  # arbitrary, non-zero
-    return TrainBatch(rollout, advantages, group_ids, staleness=0), precision
+    return TrainBatch(rollout, advantages, group_ids, version=0), precision
 
 
 def step_once(model, batch, precision, micro_batch_size, loss="cispo", aggregation="prompt_mean"):
@@ -55,5 +55,5 @@ def test_step_metrics_and_mismatch(tiny_model_dir):
     assert metrics["loss/ratio_mean"] == 1.0 or abs(metrics["loss/ratio_mean"] - 1.0) < 1e-5
     assert metrics["train/entropy"] > 0 and np.isfinite(metrics["train/loss"])
     assert metrics["train/tokens"] == float(batch.rollout.loss_mask.sum())
-    stale = TrainBatch(batch.rollout, batch.advantages, batch.group_ids, staleness=1)
+    stale = TrainBatch(batch.rollout, batch.advantages, batch.group_ids, version=1)
     assert "train/logprob_mismatch" not in step_once(model, stale, precision, micro_batch_size=0)

@@ -1,0 +1,427 @@
+"""PipelineRL-k: a generator process and a trainer process running at the same time.
+
+Roles, one process each, spawned and watched by `train_pipeline` (the supervisor, the job's own
+process, which does no model work):
+
+  trainer    owns the run: model and optimizer, curriculum, evaluation, checkpoints, metrics.jsonl.
+             It hands out *orders* (the P prompts of minibatch b), trains on minibatch b at policy
+             version b (= optimizer steps taken), publishes the new weights after every step, and
+             then hands out order b + k + 1.
+  generator  samples G responses to each prompt of an order, scores them, and streams every finished
+             group (G samples of one prompt: tokens, rewards, behaviour logprobs and the policy
+             version of every token) into the groups queue. Before every decode step it loads newer
+             weights if the trainer has published any, keeping its KV cache, so one sequence can
+             span several versions; its tokens carry the version that produced their logits.
+
+Why staleness <= k: order b' = b + k + 1 is handed out only after version b + 1 is published, so
+every token of minibatch b' comes from weights of version >= b + 1 = b' - k and is trained at
+version b'. So the trainer, k + 1 minibatches ahead of what the generator may sample, waits for the
+groups of its next minibatch, and the generator, with no order left, waits for the trainer (the two
+idle fractions measure which role is the bottleneck). The trainer still checks every batch and stops
+the run if a token is more than k versions old. Importance ratios use the behaviour logprobs the
+generator recorded; nothing is recomputed with old weights.
+
+Compute: device-seconds = the trainer loop's wall-clock (waits included, evaluations and checkpoint
+writes excluded; the generator is paused while the trainer evaluates) x (generator_devices +
+trainer_devices). The run is not bit-reproducible: when a weight update lands depends on timing.
+
+Failure: if a role dies (an exception, kill -9, out of memory) the supervisor stops the other and
+raises RoleDiedError naming the role and the cause within seconds. Rerunning resumes from the
+trainer's last checkpoint: orders handed out but not trained on are handed out again and their
+groups regenerated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from components import REGISTRIES
+from recipe.config import RecipeConfig
+from recipe.generator import Rollout
+from recipe.loop import (Run, Samples, assemble_minibatch, build_components, model_directory, prepare_run_dir,
+                         sample_groups, train_on)
+from recipe.model import load_model_dir
+from recipe.tasks import build_task
+from recipe.tracking import read_metrics
+
+POLL_SECONDS = 0.2  # how often a waiting role checks that the others are still there
+ROLES_FILE = "pipeline.json"  # pids of the run's processes (the kill tests read it)
+
+
+class RoleDiedError(RuntimeError):
+    """A PipelineRL role process died; the message names the role and why."""
+
+
+class StalenessError(RuntimeError):
+    """A batch held a token more than k versions older than the trainer (a bug, never expected)."""
+
+
+class SharedMemoryWeights:
+    """The weight channel on one machine: a shared-memory copy of the weights and its policy version.
+
+    publish(model, version) copies the trainer's weights in; receive(model) copies them into the
+    generator's model in place (its KV cache and optimizer-free state stay as they are). A lock
+    keeps a reader from seeing half-written weights. On GPUs the same two calls would be an NCCL
+    broadcast from the trainer rank to the generator ranks.
+    """
+
+    def __init__(self, ctx) -> None:
+        self.lock = ctx.Lock()
+        self.version = ctx.Value("q", -1, lock=False)
+        self.published_at = ctx.Value("d", 0.0, lock=False)
+        self.tensors: dict[str, torch.Tensor] | None = None  # attached in each process
+
+    def create(self, model) -> dict[str, torch.Tensor]:
+        """Trainer side: allocate the shared tensors (to hand to the generator once)."""
+        self.tensors = {name: t.detach().to("cpu").clone().share_memory_() for name, t in model.state_dict().items()}
+        return self.tensors
+
+    @torch.no_grad()
+    def publish(self, model, version: int) -> None:
+        with self.lock:
+            for name, tensor in model.state_dict().items():
+                self.tensors[name].copy_(tensor)
+            self.version.value = version
+            self.published_at.value = time.time()
+
+    @torch.no_grad()
+    def receive(self, model) -> tuple[int, float]:
+        """Load the published weights; returns (their version, seconds since they were published)."""
+        with self.lock:
+            for name, tensor in model.state_dict().items():
+                tensor.copy_(self.tensors[name])
+            return self.version.value, time.time() - self.published_at.value
+
+
+@dataclass
+class Channels:
+    """What the supervisor creates and hands to both roles."""
+
+    weights: SharedMemoryWeights
+    orders: Any  # trainer -> generator: (order index, prompt ids)
+    groups: Any  # generator -> trainer: finished groups
+    handoff: Any  # trainer -> generator, once: the shared weight tensors
+    events: Any  # roles -> supervisor: ("eval", record) / ("step", step, meter) / ("done",) / ("error", role, text)
+    acks: Any  # supervisor -> trainer, after each eval: "continue" or "stop"
+    pause: Any  # set while the trainer evaluates: the generator holds still
+    stop: Any  # set by the supervisor when the run ends
+    supervisor_pid: int
+
+
+def supervisor_gone(channels: Channels) -> bool:
+    """A role whose supervisor died (kill -9 of the job) must not live on."""
+    return os.getppid() != channels.supervisor_pid
+
+
+def wait_get(q, channels: Channels, on_wait: Callable[[float], None] | None = None):
+    """q.get() that gives up when the run stops or the supervisor is gone (returns None)."""
+    while not channels.stop.is_set() and not supervisor_gone(channels):
+        started = time.perf_counter()
+        try:
+            return q.get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            if on_wait is not None:
+                on_wait(time.perf_counter() - started)
+    return None
+
+
+# ----------------------------------------------------------------------------------------- groups
+
+def group_items(order: int, samples: Samples, stats: dict) -> list[dict]:
+    """Split an order's samples into its P groups (numpy arrays: they cross the process boundary by value)."""
+    P = len(samples.prompt_ids)
+    G = len(samples.correct) // P
+    fields = {k: v.cpu().numpy() for k, v in samples.rollout.__dict__.items() if torch.is_tensor(v)}
+    items = []
+    for j, prompt_id in enumerate(samples.prompt_ids):
+        rows = slice(j * G, (j + 1) * G)
+        items.append({"order": order, "group": j, "prompt_id": prompt_id, "prompt_width": samples.rollout.prompt_width,
+                      "rollout": {k: v[rows] for k, v in fields.items()},
+                      "correct": samples.correct[rows].numpy(), "rewards": samples.rewards[rows].numpy(),
+                      "seconds": samples.seconds, "stats": stats})
+    return items
+
+
+def merge_groups(items: list[dict], device: str) -> Samples:
+    """The groups of one order, in group order, back into Samples."""
+    items = sorted(items, key=lambda item: item["group"])
+    rollout = Rollout(prompt_width=items[0]["prompt_width"], **{
+        key: torch.from_numpy(np.concatenate([item["rollout"][key] for item in items])).to(device)
+        for key in items[0]["rollout"]})
+    return Samples([item["prompt_id"] for item in items], rollout,
+                   torch.from_numpy(np.concatenate([item["correct"] for item in items])),
+                   torch.from_numpy(np.concatenate([item["rewards"] for item in items])), items[0]["seconds"])
+
+
+# ------------------------------------------------------------------------------------------- roles
+
+def role_main(role: str, body: Callable, channels: Channels, *args) -> None:
+    """Run a role; report an exception to the supervisor before the process exits with it."""
+    try:
+        body(channels, *args)
+    except BaseException:
+        channels.events.put(("error", role, traceback.format_exc()))
+        channels.events.close()
+        channels.events.join_thread()  # make sure the report leaves this process
+        raise
+
+
+def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: str, stop_at_step: int | None) -> None:
+    mode = REGISTRIES["off_policy"].build(cfg.off_policy)
+    if device == "cpu":
+        torch.set_num_threads(mode.trainer_devices)
+    run = Run(cfg, Path(run_dir), device, devices=mode.generator_devices + mode.trainer_devices)
+    k, P = mode.k, cfg.rollout.prompts_per_batch
+    channels.handoff.put(channels.weights.create(run.model))
+    channels.weights.publish(run.model, run.step)
+    orders: dict[int, list[int]] = dict(run.extra.get("orders", {}))  # handed out, not yet trained on
+
+    def hand_out(index: int) -> None:
+        if index not in orders:
+            orders[index] = run.c.curriculum.sample(P)
+        channels.orders.put((index, orders[index]))
+
+    def evaluate() -> bool:
+        """Evaluate with the generator paused; False when the supervisor says stop (target reached)."""
+        channels.pause.set()
+        record = run.evaluate()
+        channels.pause.clear()
+        channels.events.put(("eval", record))
+        return wait_get(channels.acks, channels) == "continue"
+
+    if not run.resumed and not evaluate():
+        return finish(run, channels)
+    for index in range(run.step, min(run.step + k + 1, cfg.max_steps)):
+        hand_out(index)
+    clock = time.perf_counter()
+    last_generator_stats = None
+    while run.step < cfg.max_steps:
+        index = run.step
+        # 1. Wait for the P groups of minibatch `index` (the generator streams them in order).
+        waited = time.perf_counter()
+        items = []
+        while len(items) < P:
+            item = wait_get(channels.groups, channels)
+            if item is None:
+                return
+            if item["order"] != index:
+                raise RuntimeError(f"trainer expected groups of order {index}, got order {item['order']}")
+            items.append(item)
+        waited = time.perf_counter() - waited
+        queue_depth = channels.groups.qsize()
+        # 2. One optimizer step at version `index`, then publish version index + 1.
+        minibatch = assemble_minibatch(merge_groups(items, device), run.c)
+        if minibatch.batch is not None:
+            kept = minibatch.batch.rollout
+            staleness = index - int(kept.versions[kept.loss_mask].min())
+            if staleness > k:
+                raise StalenessError(f"minibatch {index} holds a token {staleness} versions old (> k={k})")
+        trained = time.perf_counter()
+        metrics = train_on(minibatch, index, run)
+        trained = time.perf_counter() - trained
+        run.step += 1
+        published = time.perf_counter()
+        channels.weights.publish(run.model, run.step)
+        published = time.perf_counter() - published
+        del orders[index]
+        if run.step + k < cfg.max_steps:
+            hand_out(run.step + k)
+        now = time.perf_counter()
+        run.meter.wall_seconds += now - clock
+        step_seconds, clock = now - clock, now
+        # 3. Pipeline metrics of this step.
+        stats = items[0]["stats"]
+        metrics.update({
+            "pipeline/trainer_idle_frac": waited / max(step_seconds, 1e-9),
+            "pipeline/queue_depth": float(queue_depth),
+            "pipeline/publish_seconds": published,
+            "pipeline/trainer_tokens_per_s": metrics.get("train/tokens", 0.0) / max(trained, 1e-9),
+            "pipeline/generator_tokens_per_s": stats["tokens"] / max(stats["busy"], 1e-9),
+            "pipeline/weight_updates_per_order": float(stats["updates"]),
+        })
+        if stats["latencies"]:
+            metrics["pipeline/publish_latency_s"] = float(np.mean(stats["latencies"]))
+        if last_generator_stats is not None:
+            busy = stats["busy_total"] - last_generator_stats["busy_total"]
+            idle = stats["idle_total"] - last_generator_stats["idle_total"]
+            metrics["pipeline/generator_idle_frac"] = idle / max(busy + idle, 1e-9)
+        last_generator_stats = stats
+        run.pending.add(metrics)
+        channels.events.put(("step", run.step, run.meter.state_dict()))
+        # 4. Evaluation and checkpoints, off the clock.
+        if run.eval_due() and not evaluate():
+            return finish(run, channels)
+        if run.step - run.last_checkpoint >= cfg.checkpoint.every_steps or run.step == cfg.max_steps:
+            run.save(extra={"orders": dict(orders)})
+        clock = time.perf_counter()
+        if stop_at_step is not None and run.step >= stop_at_step:
+            break
+    finish(run, channels)
+
+
+def finish(run: Run, channels: Channels) -> None:
+    run.tracker.finish()
+    channels.events.put(("done",))
+
+
+def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
+    mode = REGISTRIES["off_policy"].build(cfg.off_policy)
+    if device == "cpu":
+        torch.set_num_threads(mode.generator_devices)
+    channels.groups.cancel_join_thread()  # groups left unread at the end must not block this process's exit
+    model, tokenizer = load_model_dir(model_directory(cfg), cfg.model.dtype, device)
+    model.eval()
+    task = build_task(cfg.task, tokenizer)
+    c = build_components(cfg)
+    channels.weights.tensors = wait_get(channels.handoff, channels)
+    if channels.weights.tensors is None:
+        return
+    version, _ = channels.weights.receive(model)
+    # Sampling streams of their own; seeded by the version this process starts from, so a resumed
+    # run does not replay the samples of its first attempt.
+    seed = [cfg.seed, version, 1]
+    rngs = {"torch": torch.Generator(device=device).manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0])),
+            "numpy": np.random.default_rng(seed)}
+    totals = {"busy": 0.0, "idle": 0.0, "paused": 0.0}
+    latencies: list[float] = []
+
+    def account_wait(seconds: float) -> None:
+        totals["paused" if channels.pause.is_set() else "idle"] += seconds
+
+    def on_decode_step() -> int:
+        """Between two decode steps: hold still during evaluations, pick up newer weights."""
+        nonlocal version
+        if channels.pause.is_set():
+            paused = time.perf_counter()
+            while channels.pause.is_set() and not channels.stop.is_set() and not supervisor_gone(channels):
+                time.sleep(0.005)
+            totals["paused"] += time.perf_counter() - paused
+        if channels.weights.version.value > version:
+            version, latency = channels.weights.receive(model)
+            latencies.append(latency)
+        return version
+
+    while True:
+        order = wait_get(channels.orders, channels, on_wait=account_wait)
+        if order is None:
+            return
+        index, prompt_ids = order
+        paused_before = totals["paused"]
+        updates_before = len(latencies)
+        samples = sample_groups(model, tokenizer, task, c, cfg, prompt_ids, rngs, policy_version=version,
+                                on_decode_step=on_decode_step)
+        busy = samples.seconds - (totals["paused"] - paused_before)
+        totals["busy"] += busy
+        samples.seconds = busy  # the compute this order cost (pauses excluded)
+        stats = {"busy": busy, "busy_total": totals["busy"], "idle_total": totals["idle"],
+                 "tokens": int(samples.rollout.lengths.sum()), "updates": len(latencies) - updates_before,
+                 "latencies": latencies[updates_before:]}
+        for item in group_items(index, samples, stats):
+            channels.groups.put(item)
+
+
+# -------------------------------------------------------------------------------------- supervisor
+
+def describe_exit(process, error_text: str | None) -> str:
+    code = process.exitcode
+    if code is not None and code < 0:
+        cause = f"killed by signal {-code} ({signal.Signals(-code).name})"
+    else:
+        cause = f"exited with code {code}"
+    if error_text:
+        cause += "; its error:\n" + error_text.rstrip()
+    return cause
+
+
+def stop_roles(processes: dict, channels: Channels) -> None:
+    channels.stop.set()
+    deadline = time.time() + 5.0
+    for process in processes.values():
+        process.join(timeout=max(0.0, deadline - time.time()))
+    for process in processes.values():
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5.0)
+
+
+def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu",
+                   on_eval: Callable[[dict], None] | None = None, on_step: Callable[[int, Any], None] | None = None,
+                   stop_at_step: int | None = None) -> list[dict]:
+    """Run (or resume) a pipeline_rl recipe; same contract as recipe.loop.train.
+
+    on_eval runs here, with the trainer waiting on it: an exception from it (e.g. the sweep's
+    TargetReached) stops the run right after that evaluation and is re-raised here. on_step gets
+    (step, ComputeMeter) shortly after each step.
+    """
+    from recipe.compute import ComputeMeter
+
+    run_dir = Path(run_dir)
+    prepare_run_dir(cfg, run_dir)
+    model_directory(cfg, log_every=100)  # build the warm start once, before two processes want it
+    ctx = torch.multiprocessing.get_context("spawn")
+    channels = Channels(weights=SharedMemoryWeights(ctx), orders=ctx.Queue(), groups=ctx.Queue(), handoff=ctx.Queue(),
+                        events=ctx.Queue(), acks=ctx.Queue(), pause=ctx.Event(), stop=ctx.Event(),
+                        supervisor_pid=os.getpid())
+    processes = {
+        "trainer": ctx.Process(target=role_main, name="pipeline-trainer", daemon=True,
+                               args=("trainer", trainer_role, channels, cfg, str(run_dir), device, stop_at_step)),
+        "generator": ctx.Process(target=role_main, name="pipeline-generator", daemon=True,
+                                 args=("generator", generator_role, channels, cfg, device)),
+    }
+    for process in processes.values():
+        process.start()
+    (run_dir / ROLES_FILE).write_text(json.dumps({"supervisor": os.getpid(),
+                                                  **{role: p.pid for role, p in processes.items()}}))
+    errors: dict[str, str] = {}
+    stopped_by: BaseException | None = None
+    done = False
+    try:
+        while True:
+            try:
+                event = channels.events.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                event = None
+            if event is not None:
+                kind = event[0]
+                if kind == "eval":
+                    try:
+                        if on_eval is not None:
+                            on_eval(event[1])
+                        channels.acks.put("continue")
+                    except BaseException as error:  # e.g. TargetReached: the trainer stops after this eval
+                        stopped_by = error
+                        channels.acks.put("stop")
+                elif kind == "step" and on_step is not None:
+                    meter = ComputeMeter()
+                    meter.load_state_dict(event[2])
+                    on_step(event[1], meter)
+                elif kind == "done":
+                    done = True
+                elif kind == "error":
+                    errors[event[1]] = event[2]
+                continue  # drain every pending event before looking at the processes
+            if done:
+                processes["trainer"].join(timeout=30.0)
+                break
+            for role, process in processes.items():
+                if not process.is_alive():
+                    process.join()
+                    raise RoleDiedError(
+                        f"PipelineRL {role} process (pid {process.pid}) died: {describe_exit(process, errors.get(role))}\n"
+                        f"the run stopped; rerun the same command to resume from the last checkpoint in {run_dir}")
+    finally:
+        stop_roles(processes, channels)
+    if stopped_by is not None:
+        raise stopped_by
+    return read_metrics(run_dir)
