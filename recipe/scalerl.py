@@ -22,8 +22,7 @@ SCALERL = RecipeConfig(
         "answer_budget": 8,
         "phrase": INTERRUPTION_PHRASE,
     },
-    # The paper's base is PipelineRL-8; PPO-off-policy-8 stands in until the concurrent
-    # generator/trainer loop exists (its own issue), and the base switches to pipeline_rl then.
-    off_policy={"name": "ppo_off_policy", "k": 8},
+    # PipelineRL-8: a generator and a trainer process, one device (core or GPU) each.
+    off_policy={"name": "pipeline_rl", "k": 8, "generator_devices": 1, "trainer_devices": 1},
     precision={"name": "lm_head", "fp32_head": True},
 )

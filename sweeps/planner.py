@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from components import REGISTRIES
 from components.registry import ConfigError
 from recipe.config import RecipeConfig, compose_recipe, flatten_config, run_id, to_dict
 from sweeps.spec import SweepSpec, base_source, output_dir
@@ -90,26 +91,50 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
                 raise ConfigError(f"{path}: {label!r} is the same variant as {seen[resolved]!r}; list it once")
             seen[resolved] = label
             jobs.extend(job(axis, label, seed, [(path, {axis: value})]) for seed in spec.seeds)
+    for planned in jobs:
+        check_cores(spec, planned)
     return jobs
 
 
-def resources(spec: SweepSpec) -> str:
-    """What one job asks for, in the executor's terms."""
+def role_devices(recipe: RecipeConfig) -> tuple[int, int] | None:
+    """(generator, trainer) devices of a job whose off-policy mode runs them as two processes, else None."""
+    mode = REGISTRIES["off_policy"].build(recipe.off_policy)
+    return (mode.generator_devices, mode.trainer_devices) if mode.asynchronous else None
+
+
+def check_cores(spec: SweepSpec, job: Job) -> None:
+    """A local PipelineRL job needs a core per device of its two roles (oversubscribed CPU jobs crawl)."""
+    roles = role_devices(job.recipe)
+    if spec.executor.name != "local" or roles is None:
+        return
+    cores = spec.executor.local.cores_per_job
+    if sum(roles) > cores:
+        raise ConfigError(
+            f"executor.local.cores_per_job: got {cores}, but job {job.variant} runs off_policy {job.recipe.off_policy['name']} "
+            f"with {roles[0]} generator + {roles[1]} trainer cores; set cores_per_job: {sum(roles)} "
+            f"(and max_parallel to the machine's cores // {sum(roles)}) or lower off_policy.generator_devices/trainer_devices"
+        )
+
+
+def resources(spec: SweepSpec, job: Job) -> str:
+    """What one job asks for, in the executor's terms (and how a PipelineRL job splits it)."""
     executor = spec.executor
+    roles = role_devices(job.recipe)
+    split = f" ({roles[0]} gen + {roles[1]} train)" if roles else ""
     if executor.name == "slurm":
         slurm = executor.slurm
         gpus = f", {slurm.gpus_per_node} gpu" if slurm.gpus_per_node else ""
-        return f"{slurm.cpus_per_task} cpu{gpus}, {slurm.time_minutes} min"
+        return f"{slurm.cpus_per_task} cpu{gpus}, {slurm.time_minutes} min{split}"
     if executor.name == "local":
         cores = executor.local.cores_per_job
-        return f"{cores} core{'s' if cores > 1 else ''}"
-    return "in-process"
+        return f"{cores} core{'s' if cores > 1 else ''}{split}"
+    return f"in-process{split}"
 
 
 def format_plan(spec: SweepSpec, jobs: list[Job]) -> str:
     """The job table `sweep plan` prints."""
     header = ("id", "axis", "choice", "seed", "resources")
-    rows = [(job.run_id, job.axis, job.choice, str(job.seed), resources(spec)) for job in jobs]
+    rows = [(job.run_id, job.axis, job.choice, str(job.seed), resources(spec, job)) for job in jobs]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
     variants = len({job.variant for job in jobs})

@@ -46,9 +46,10 @@ class BudgetSpec:
 @dataclasses.dataclass(frozen=True)
 class LocalExecutorSpec:
     # Jobs run side by side as local processes, each pinned to `cores_per_job` threads:
-    # oversubscribed CPU jobs ran 4.8x slower on the testbed machine.
-    max_parallel: int = 2
-    cores_per_job: int = 1
+    # oversubscribed CPU jobs ran 4.8x slower on the testbed machine. Two cores by default: the
+    # ScaleRL base (PipelineRL) runs a generator and a trainer process, one core each.
+    max_parallel: int = 1
+    cores_per_job: int = 2
 
 
 @dataclasses.dataclass(frozen=True)

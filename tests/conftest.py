@@ -34,7 +34,10 @@ def tiny_override_list(model_dir, run_steps: int = 8) -> list[str]:
         "rollout.prompts_per_batch=4", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=12",
         "length_control.min_thinking=6", "length_control.max_thinking=8", "length_control.answer_budget=4",
         "eval.every_steps=4", "eval.num_prompts=8", "eval.samples_per_prompt=2",
-        "checkpoint.every_steps=4", "off_policy.k=2", "optimizer.lr=3e-4", "optimizer.warmup_steps=1",
+        "checkpoint.every_steps=4",
+        # The synchronous schedule: deterministic, so tests can compare runs exactly (PipelineRL's
+        # own tests opt in with off_policy=pipeline_rl).
+        "off_policy=ppo_off_policy", "off_policy.k=2", "optimizer.lr=3e-4", "optimizer.warmup_steps=1",
         "tracking.mlflow=false", f"max_steps={run_steps}",
     ]
 

@@ -25,6 +25,8 @@ GOLDEN_LOO = [
     ("length_control", "length_penalty(max_length=24, cache_length=8)",
      ["length_control.answer_budget", "length_control.cache_length", "length_control.max_length",
       "length_control.max_thinking", "length_control.min_thinking", "length_control.name", "length_control.phrase"]),
+    ("off_policy", "ppo_off_policy(k=8)",
+     ["off_policy.generator_devices", "off_policy.name", "off_policy.trainer_devices"]),
     ("precision", "fp32_head=false", ["precision.fp32_head"]),
 ]
 
@@ -91,3 +93,12 @@ def test_sweep_plan_prints_the_table_without_importing_torch():
 def test_every_shipped_spec_loads_and_plans(path):
     jobs = plan_sweep(load_spec(path))
     assert jobs[0].axis == BASE and len({job.variant for job in jobs}) == 1 + len(load_spec(path).axes)
+
+
+def test_a_local_pipeline_job_needs_a_core_per_role():
+    local = {"name": "local", "local": {"max_parallel": 2, "cores_per_job": 1}}
+    with pytest.raises(ConfigError, match=r"executor\.local\.cores_per_job: got 1, but job base runs off_policy "
+                                          r"pipeline_rl with 1 generator \+ 1 trainer cores; set cores_per_job: 2"):
+        plan_sweep(spec(executor=local))
+    # The synchronous schedule fits in one core.
+    assert plan_sweep(spec(executor=local, overrides={"off_policy": {"name": "ppo_off_policy"}}))

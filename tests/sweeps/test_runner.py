@@ -26,7 +26,7 @@ overrides:
   task: {{train_size: 64, validation_size: 16}}
   rollout: {{prompts_per_batch: 4, samples_per_prompt: 4}}
   eval: {{every_steps: 2, num_prompts: 8, samples_per_prompt: 2}}
-  off_policy: {{k: 2}}
+  off_policy: {{name: ppo_off_policy, k: 2}}  # synchronous: deterministic curves
   checkpoint: {{every_steps: 2}}
 budget: {{unit: samples, fit_at: {fit_at}, target: {target}}}
 executor: {{name: {executor}, local: {{max_parallel: 2, cores_per_job: 1}}, poll_seconds: 0.5}}
@@ -71,6 +71,19 @@ def test_run_then_rerun_skips_finished_jobs(tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/metrics.jsonl")} == before
     assert main(["status", str(out)]) == 0
     assert "2 done, 0 running, 0 pending, 0 failed" in capsys.readouterr().out
+
+
+def test_pipeline_jobs_stop_at_their_target_through_the_supervisor(tmp_path):
+    # PipelineRL jobs (trainer and generator processes): the sweep's TargetReached hook runs in the
+    # supervisor and stops the trainer right after the evaluation that reached the target.
+    spec = write_spec(tmp_path, target=48)
+    spec.write_text(spec.read_text().replace("{name: ppo_off_policy, k: 2}", "{name: pipeline_rl, k: 2}"))
+    assert main(["run", str(spec)]) == 0
+    assert_complete_curves(tmp_path / "out", 2)
+    for run_dir in (tmp_path / "out").glob("runs/*"):
+        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert records[-1]["compute/samples"] >= 48 > records[-2]["compute/samples"]
+        assert records[-1]["compute/devices"] == 2.0 and "pipeline/trainer_idle_frac" in records[-1]
 
 
 def test_crashing_job_is_reported_with_its_log_and_retried_by_the_next_run(tmp_path, capsys):

@@ -31,7 +31,7 @@ overrides:
   task: {{train_size: 64, validation_size: 16}}
   rollout: {{prompts_per_batch: 4, samples_per_prompt: 4}}
   eval: {{every_steps: 2, num_prompts: 8, samples_per_prompt: 2}}
-  off_policy: {{k: 2}}
+  off_policy: {{name: ppo_off_policy, k: 2}}  # synchronous: deterministic curves
   checkpoint: {{every_steps: 2}}
 budget: {{unit: samples, fit_at: {fit_at}, target: {target}}}
 executor:
