@@ -177,8 +177,24 @@ def role_main(role: str, body: Callable, channels: Channels, *args) -> None:
         raise
 
 
+def role_device(device: str, role: str, mode) -> str:
+    """Where a role runs: CPU roles share the machine (their thread counts split the cores); on
+    CUDA the trainer takes GPU 0 and the generator the next one when the node has it (GPU 0 too
+    on a one-GPU machine). One GPU per role for now: larger roles need data-parallel generation
+    and training (the GPU issue)."""
+    if not str(device).startswith("cuda"):
+        return "cpu"
+    if mode.generator_devices > 1 or mode.trainer_devices > 1:
+        raise ValueError("off_policy.generator_devices / trainer_devices > 1 are CPU cores only for now; "
+                         "on CUDA set both to 1 (one GPU per role)")
+    if role == "trainer":
+        return "cuda:0"
+    return "cuda:1" if torch.cuda.device_count() > 1 else "cuda:0"
+
+
 def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: str, stop_at_step: int | None) -> None:
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
+    device = role_device(device, "trainer", mode)
     if device == "cpu":
         torch.set_num_threads(mode.trainer_devices)
     run = Run(cfg, Path(run_dir), device, devices=mode.generator_devices + mode.trainer_devices)
@@ -193,9 +209,16 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         channels.orders.put((index, orders[index]))
 
     def evaluate() -> bool:
-        """Evaluate with the generator paused; False when the supervisor says stop (target reached)."""
+        """Evaluate with the generator paused; False when the supervisor says stop (target reached).
+
+        The paused generator's cores are idle meanwhile, so on CPU the evaluation borrows them.
+        """
         channels.pause.set()
+        if device == "cpu":
+            torch.set_num_threads(mode.generator_devices + mode.trainer_devices)
         record = run.evaluate()
+        if device == "cpu":
+            torch.set_num_threads(mode.trainer_devices)
         channels.pause.clear()
         channels.events.put(("eval", record))
         return wait_get(channels.acks, channels) == "continue"
@@ -277,6 +300,7 @@ def finish(run: Run, channels: Channels) -> None:
 
 def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
+    device = role_device(device, "generator", mode)
     if device == "cpu":
         torch.set_num_threads(mode.generator_devices)
     channels.groups.cancel_join_thread()  # groups left unread at the end must not block this process's exit
@@ -368,6 +392,7 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
 
     run_dir = Path(run_dir)
     prepare_run_dir(cfg, run_dir)
+    role_device(device, "trainer", REGISTRIES["off_policy"].build(cfg.off_policy))  # a bad split fails here
     model_directory(cfg, log_every=100)  # build the warm start once, before two processes want it
     ctx = torch.multiprocessing.get_context("spawn")
     channels = Channels(weights=SharedMemoryWeights(ctx), orders=ctx.Queue(), groups=ctx.Queue(), handoff=ctx.Queue(),

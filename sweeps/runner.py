@@ -10,6 +10,7 @@ in the sweep directory (see sweeps/state.py).
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import json
 import platform
 import socket
@@ -89,6 +90,39 @@ class Display:
         self.stream.flush()
 
 
+class HarnessTimer:
+    """Wall-clock the driver spends on its own work, by phase (plan, launch, poll, finalize).
+
+    Written to <sweep>/harness.json at the end of a run (the overhead benchmark reads it): sleeps
+    between polls are not counted, everything else the driver does is.
+    """
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def add(self, name: str, since: float) -> None:
+        """Charge the time from perf_counter() value `since` to now to phase `name`."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - since
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, began)
+
+    def write(self, sweep_dir: Path) -> None:
+        import resource
+
+        wall = time.perf_counter() - self.started
+        record = {"wall_seconds": wall, "harness_seconds": sum(self.seconds.values()),
+                  "phases": self.seconds, "driver_cpu_seconds": sum(resource.getrusage(resource.RUSAGE_SELF)[:2])}
+        record["harness_fraction"] = record["harness_seconds"] / wall if wall else 0.0
+        (sweep_dir / "harness.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
 def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
     """Run every job of `spec` to its target; returns 0 when all are done, 1 if any failed."""
     stream = stream or sys.stdout
@@ -96,6 +130,7 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
     from sweeps.tracking import SweepTracker
 
     started = time.time()
+    timer = HarnessTimer()
     sweep_dir = output_dir(spec)
     jobs = plan_sweep(spec)
     write_sweep_files(spec, sweep_dir, jobs)
@@ -122,11 +157,13 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
     active: dict[str, tuple[Job, Any]] = {}
     display = Display(stream)
     previous_statuses: list[str] = []
+    timer.add("plan", timer.started)
 
     def launch(batch: list[Job]) -> None:
         functions = [TrainingJob(sweep_job_recipe(job), str(job.run_dir), spec.budget.unit, spec.budget.target,
                                  launcher.threads, faults.get(job.variant)) for job in batch]
-        handles = launcher.submit(functions)
+        with timer.phase("launch"):
+            handles = launcher.submit(functions)
         for job, handle in zip(batch, handles):
             state = read_state(sweep_dir, job.run_id)
             state.status, state.attempts, state.last_error = RUNNING, state.attempts + 1, None
@@ -145,6 +182,7 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
             if queue and free > 0:
                 batch, queue = queue[:free], queue[free:]
                 launch(batch)
+            polled = time.perf_counter()
             for run_id, (job, handle) in list(active.items()):
                 tracker.mirror(job)
                 if not job_finished(handle):
@@ -172,6 +210,7 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
             statuses = [row.status for row in rows]
             display.show(format_progress(spec, rows, started), changed=statuses != previous_statuses)
             previous_statuses = statuses
+            timer.add("poll", polled)
             if queue or active or watched:
                 time.sleep(spec.executor.poll_seconds)
     except KeyboardInterrupt:
@@ -192,8 +231,10 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
         return 1
     from sweeps.finalize import finalize_sweep
 
-    finalize_sweep(spec, sweep_dir, tracker, stream)
-    tracker.finish_sweep("FINISHED")
+    with timer.phase("finalize"):
+        finalize_sweep(spec, sweep_dir, tracker, stream)
+        tracker.finish_sweep("FINISHED")
+    timer.write(sweep_dir)
     return 0
 
 

@@ -66,6 +66,9 @@ def test_run_then_rerun_skips_finished_jobs(tmp_path, capsys):
     assert main(["run", str(spec)]) == 0
     out = tmp_path / "out"
     assert_complete_curves(out, 2)
+    harness = json.loads((out / "harness.json").read_text())  # the driver's own time, by phase
+    assert set(harness["phases"]) == {"plan", "launch", "poll", "finalize"}
+    assert 0 < harness["harness_seconds"] <= harness["wall_seconds"]
     before = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/metrics.jsonl")}
     assert main(["run", str(spec)]) == 0
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/metrics.jsonl")} == before

@@ -10,7 +10,7 @@ VALID = """\
 name: t
 axes: {loss: dapo}
 budget: {unit: device_seconds, fit_at: 10, target: 20}
-executor: {name: local, local: {max_parallel: 2, cores_per_job: 1}}
+executor: {name: local, local: {max_parallel: 1, cores_per_job: 2}}
 """
 
 
@@ -33,9 +33,9 @@ def test_valid_spec_plans(tmp_path):
     (VALID.replace("fit_at: 10, ", ""), r"budget\.fit_at: missing"),
     (VALID.replace("device_seconds", "gpu_days"), r"budget\.unit: got 'gpu_days', expected one of"),
     (VALID.replace("name: local,", "name: kubernetes,"), r"executor\.name: got 'kubernetes' \(str\), expected one of \['local', 'slurm', 'debug'\]"),
-    (VALID.replace("max_parallel: 2", "max_parallel: two"), r"executor\.local\.max_parallel: got 'two' \(str\), expected int"),
-    (VALID.replace("max_parallel: 2", "max_parallel: 0"), r"executor\.local\.max_parallel: got 0, expected >= 1"),
-    (VALID.replace("cores_per_job: 1", "cores: 1"), r"executor\.local\.cores: unknown key; valid keys here: max_parallel, cores_per_job"),
+    (VALID.replace("max_parallel: 1", "max_parallel: two"), r"executor\.local\.max_parallel: got 'two' \(str\), expected int"),
+    (VALID.replace("max_parallel: 1", "max_parallel: 0"), r"executor\.local\.max_parallel: got 0, expected >= 1"),
+    (VALID.replace("cores_per_job: 2", "cores: 2"), r"executor\.local\.cores: unknown key; valid keys here: max_parallel, cores_per_job"),
     (VALID + "seeds: []\n", r"seeds: empty"),
     (VALID + "overrides: {optimizer: {lr: fast}}\n", r"overrides: optimizer\.lr: got 'fast' \(str\), expected float"),
     (VALID + "executor2: {}\n", r"executor2: unknown key"),
