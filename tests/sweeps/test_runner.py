@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.cli import main
+from tests.sweeps.tiny_spec import TINY_JOB_OVERRIDES
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,14 +22,7 @@ axes: {{loss: dapo}}
 seeds: [0]
 overrides:
   max_steps: 200
-  model: {{hidden_size: 32, intermediate_size: 64, num_layers: 1, num_heads: 2}}
-  warm_start: {{steps: 20, batch_size: 16}}
-  task: {{train_size: 64, validation_size: 16}}
-  rollout: {{prompts_per_batch: 4, samples_per_prompt: 4}}
-  eval: {{every_steps: 2, num_prompts: 8, samples_per_prompt: 2}}
-  off_policy: {{name: ppo_off_policy, k: 2}}  # synchronous: deterministic curves
-  checkpoint: {{every_steps: 2}}
-budget: {{unit: samples, fit_at: {fit_at}, target: {target}}}
+{overrides}budget: {{unit: samples, fit_at: {fit_at}, target: {target}}}
 executor: {{name: {executor}, local: {{max_parallel: 2, cores_per_job: 1}}, poll_seconds: 0.5}}
 output_dir: {out}
 {extra}"""
@@ -42,7 +36,8 @@ def shared_cache(tmp_path_factory, monkeypatch):
 
 def write_spec(tmp_path, executor="debug", target=64, extra=""):
     path = tmp_path / "spec.yaml"
-    path.write_text(TINY.format(executor=executor, out=tmp_path / "out", fit_at=target // 2, target=target, extra=extra))
+    path.write_text(TINY.format(executor=executor, out=tmp_path / "out", fit_at=target // 2, target=target, extra=extra,
+                                      overrides=TINY_JOB_OVERRIDES))
     return path
 
 

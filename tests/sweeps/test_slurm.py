@@ -16,8 +16,10 @@ import pandas as pd
 import pytest
 
 from sweeps.cli import main
+from tests.sweeps.tiny_spec import TINY_JOB_OVERRIDES
 
 pytestmark = pytest.mark.slurm
+
 REPO = Path(__file__).resolve().parents[2]
 
 SPEC = """\
@@ -26,14 +28,7 @@ axes: {{loss: dapo}}
 seeds: [0]
 overrides:
   max_steps: 2000
-  model: {{hidden_size: 32, intermediate_size: 64, num_layers: 1, num_heads: 2}}
-  warm_start: {{steps: 20, batch_size: 16}}
-  task: {{train_size: 64, validation_size: 16}}
-  rollout: {{prompts_per_batch: 4, samples_per_prompt: 4}}
-  eval: {{every_steps: 2, num_prompts: 8, samples_per_prompt: 2}}
-  off_policy: {{name: ppo_off_policy, k: 2}}  # synchronous: deterministic curves
-  checkpoint: {{every_steps: 2}}
-budget: {{unit: samples, fit_at: {fit_at}, target: {target}}}
+{overrides}budget: {{unit: samples, fit_at: {fit_at}, target: {target}}}
 executor:
   name: {executor}
   local: {{max_parallel: 2, cores_per_job: 1}}
@@ -69,7 +64,7 @@ def write_spec(tmp_path, executor, target=64, minutes=10, delay=120):
     out = tmp_path / executor
     path = tmp_path / f"{executor}.yaml"
     path.write_text(SPEC.format(executor=executor, out=out, fit_at=target // 2, target=target, minutes=minutes,
-                                delay=delay))
+                                delay=delay, overrides=TINY_JOB_OVERRIDES))
     return path, out
 
 
