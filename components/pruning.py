@@ -1,0 +1,71 @@
+"""Pruning rules for `sweep tune`: stop a trial from its fitted curve, never from its raw early values.
+
+The paper shows early leaders can end lower (a higher early pass rate with a lower ceiling A), so
+a rule here compares what the curves predict at the study's target compute, with their
+uncertainty. At each poll the tuner fits a sigmoid to a trial's evaluations so far, bootstraps the
+prediction at the target, and asks the rule whether to stop the trial, given the same estimate for
+the best trial so far. A tune-level component (not a recipe axis): it changes which trials run to
+the end, never how a trial trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from components.registry import Registry, require
+
+
+@dataclass(frozen=True)
+class CurveEstimate:
+    """The objective a trial's curve predicts at the target, with its confidence interval."""
+
+    value: float
+    lower: float
+    upper: float
+    compute: float  # compute of the last evaluation the fit saw
+
+
+class Pruner:
+    """Base of the pruning rules: should_prune(trial, best, fit_at, maximize) -> bool."""
+
+    min_compute_frac: float = 0.0
+
+    def should_prune(self, trial: CurveEstimate, best: CurveEstimate | None, fit_at: float, maximize: bool) -> bool:
+        raise NotImplementedError
+
+
+PRUNERS: Registry[Pruner] = Registry("pruner", Pruner)
+
+
+@PRUNERS.register("none")
+class NoPruning(Pruner):
+    """Every trial trains to the target."""
+
+    def should_prune(self, trial, best, fit_at, maximize):
+        return False
+
+
+@PRUNERS.register("sigmoid_bound")
+class SigmoidBoundPruner(Pruner):
+    """Prune when even the trial's optimistic prediction loses to the best trial's pessimistic one.
+
+    Maximizing: prune iff U_trial(target) < L_best(target), where [L, U] is the `level` bootstrap
+    interval of the sigmoid's prediction at the target, and only once the trial has spent at least
+    min_compute_frac x fit_at compute (a fit over too little of the curve has no useful interval).
+    Minimizing mirrors it: L_trial > U_best.
+    """
+
+    def __init__(self, min_compute_frac: float = 0.5, level: float = 0.9, n_boot: int = 200) -> None:
+        require(0.0 < min_compute_frac <= 1.0, "min_compute_frac", min_compute_frac, "in (0, 1]: a fraction of fit_at")
+        require(0.5 <= level < 1.0, "level", level, "in [0.5, 1): the confidence of the intervals")
+        require(n_boot >= 20, "n_boot", n_boot, ">= 20 bootstrap refits")
+        self.min_compute_frac = min_compute_frac
+        self.level = level
+        self.n_boot = n_boot
+
+    def should_prune(self, trial, best, fit_at, maximize):
+        if best is None or trial.compute < self.min_compute_frac * fit_at:
+            return False
+        if maximize:
+            return trial.upper < best.lower
+        return trial.lower > best.upper
