@@ -140,7 +140,8 @@ def train_on(minibatch: Minibatch, version: int, run: "Run") -> dict[str, float]
     minibatch.batch.version = version
     metrics.update(train_step(run.model, run.optimizer, run.schedule, minibatch.batch, loss_fn=c.loss,
                               aggregation=c.aggregation, precision=c.precision, temperature=cfg.rollout.temperature,
-                              grad_clip=cfg.optimizer.grad_clip, micro_batch_size=cfg.optimizer.micro_batch_size))
+                              grad_clip=cfg.optimizer.grad_clip, micro_batch_size=cfg.optimizer.micro_batch_size,
+                              staleness_bound=c.off_policy.max_staleness))
     kept = minibatch.batch.rollout
     meter.add_training(time.perf_counter() - started, run.shape,
                        kept.attention_mask[:, : kept.prompt_width].sum(dim=1).tolist(), kept.lengths.tolist())
@@ -244,6 +245,9 @@ class Run:
     def eval_due(self) -> bool:
         return self.step % self.cfg.eval.every_steps == 0 or self.step == self.cfg.max_steps
 
+    def checkpoint_due(self) -> bool:
+        return self.step - self.last_checkpoint >= self.cfg.checkpoint.every_steps or self.step == self.cfg.max_steps
+
     def save(self, extra: dict | None = None) -> None:
         save_checkpoint(self.run_dir, {
             "step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -300,7 +304,7 @@ def train(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu",
                 if run.eval_due():
                     log_eval()
             # 3. Checkpoints sit on round boundaries, where no sampled-but-untrained data exists.
-            if run.step - run.last_checkpoint >= cfg.checkpoint.every_steps or run.step == cfg.max_steps:
+            if run.checkpoint_due():
                 run.save()
             if stop_at_step is not None and run.step >= stop_at_step:
                 return run.tracker.records

@@ -17,9 +17,9 @@ Why staleness <= k: order b' = b + k + 1 is handed out only after version b + 1 
 every token of minibatch b' comes from weights of version >= b + 1 = b' - k and is trained at
 version b'. So the trainer, k + 1 minibatches ahead of what the generator may sample, waits for the
 groups of its next minibatch, and the generator, with no order left, waits for the trainer (the two
-idle fractions measure which role is the bottleneck). The trainer still checks every batch and stops
-the run if a token is more than k versions old. Importance ratios use the behaviour logprobs the
-generator recorded; nothing is recomputed with old weights.
+idle fractions measure which role is the bottleneck). train_step still checks every batch against
+the mode's bound and raises StalenessError if a token is more than k versions old. Importance
+ratios use the behaviour logprobs the generator recorded; nothing is recomputed with old weights.
 
 Compute: device-seconds = the trainer loop's wall-clock (waits included, evaluations and checkpoint
 writes excluded; the generator is paused while the trainer evaluates) x (generator_devices +
@@ -61,10 +61,6 @@ ROLES_FILE = "pipeline.json"  # pids of the run's processes (the kill tests read
 
 class RoleDiedError(RuntimeError):
     """A PipelineRL role process died; the message names the role and why."""
-
-
-class StalenessError(RuntimeError):
-    """A batch held a token more than k versions older than the trainer (a bug, never expected)."""
 
 
 class SharedMemoryWeights:
@@ -245,11 +241,6 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         queue_depth = channels.groups.qsize()
         # 2. One optimizer step at version `index`, then publish version index + 1.
         minibatch = assemble_minibatch(merge_groups(items, device), run.c)
-        if minibatch.batch is not None:
-            kept = minibatch.batch.rollout
-            staleness = index - int(kept.versions[kept.loss_mask].min())
-            if staleness > k:
-                raise StalenessError(f"minibatch {index} holds a token {staleness} versions old (> k={k})")
         trained = time.perf_counter()
         metrics = train_on(minibatch, index, run)
         trained = time.perf_counter() - trained
@@ -285,7 +276,7 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         # 4. Evaluation and checkpoints, off the clock.
         if run.eval_due() and not evaluate():
             return finish(run, channels)
-        if run.step - run.last_checkpoint >= cfg.checkpoint.every_steps or run.step == cfg.max_steps:
+        if run.checkpoint_due():
             run.save(extra={"orders": dict(orders)})
         clock = time.perf_counter()
         if stop_at_step is not None and run.step >= stop_at_step:

@@ -35,6 +35,10 @@ def sequence_logprobs(model, precision, input_ids, attention_mask, prompt_width:
     return logprobs, entropy
 
 
+class StalenessError(RuntimeError):
+    """A batch held a token older than the off-policy mode allows (a scheduling bug, never expected)."""
+
+
 @dataclass
 class TrainBatch:
     """What one optimizer step trains on: kept rows of a rollout with their advantages."""
@@ -59,10 +63,18 @@ def build_optimizer(model, cfg):
 
 
 def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggregation, precision,
-               temperature: float, grad_clip: float, micro_batch_size: int = 0) -> dict[str, float]:
-    """One optimizer step on `batch`; returns train metrics (loss, grad norm, entropy, ratios...)."""
+               temperature: float, grad_clip: float, micro_batch_size: int = 0,
+               staleness_bound: int | None = None) -> dict[str, float]:
+    """One optimizer step on `batch`; returns train metrics (loss, grad norm, entropy, ratios...).
+
+    staleness_bound: the off-policy mode's bound; a token older than it raises StalenessError
+    before any weight changes.
+    """
     staleness = batch.staleness()
     max_staleness = int(staleness.max()) if staleness.numel() else 0
+    if staleness_bound is not None and max_staleness > staleness_bound:
+        raise StalenessError(f"a batch trained at version {batch.version} holds a token {max_staleness} versions "
+                             f"old (bound {staleness_bound})")
     model.train()
     rollout = batch.rollout
     mask = rollout.loss_mask

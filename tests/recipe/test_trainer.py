@@ -5,13 +5,14 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pytest
 import torch
 
 from components import REGISTRIES
 from recipe.generator import generate
 from recipe.model import load_model_dir
 from recipe.run_config import OptimizerConfig
-from recipe.trainer import TrainBatch, build_optimizer, train_step
+from recipe.trainer import StalenessError, TrainBatch, build_optimizer, train_step
 
 PROMPTS = ["07+05=<think>", "19+01=<think>", "38+04=<think>"]
 
@@ -26,11 +27,13 @@ def make_batch(model, tokenizer, G=4):
     return TrainBatch(rollout, advantages, group_ids, version=0), precision
 
 
-def step_once(model, batch, precision, micro_batch_size, loss="cispo", aggregation="prompt_mean"):
+def step_once(model, batch, precision, micro_batch_size, loss="cispo", aggregation="prompt_mean",
+              staleness_bound=None):
     optimizer, schedule = build_optimizer(model, OptimizerConfig(lr=1e-2, warmup_steps=1))
     return train_step(model, optimizer, schedule, batch, loss_fn=REGISTRIES["loss"].build({"name": loss}),
                       aggregation=REGISTRIES["aggregation"].build({"name": aggregation}), precision=precision,
-                      temperature=1.0, grad_clip=1.0, micro_batch_size=micro_batch_size)
+                      temperature=1.0, grad_clip=1.0, micro_batch_size=micro_batch_size,
+                      staleness_bound=staleness_bound)
 
 
 def test_micro_batching_gives_the_same_update(tiny_model_dir):
@@ -57,3 +60,14 @@ def test_step_metrics_and_mismatch(tiny_model_dir):
     assert metrics["train/tokens"] == float(batch.rollout.loss_mask.sum())
     stale = TrainBatch(batch.rollout, batch.advantages, batch.group_ids, version=1)
     assert "train/logprob_mismatch" not in step_once(model, stale, precision, micro_batch_size=0)
+
+
+def test_a_token_older_than_the_bound_is_refused_before_any_update(tiny_model_dir):
+    model, tokenizer = load_model_dir(tiny_model_dir)
+    batch, precision = make_batch(model, tokenizer)  # sampled by version 0
+    stale = TrainBatch(batch.rollout, batch.advantages, batch.group_ids, version=3)  # 3 versions old
+    before = copy.deepcopy(model)
+    with pytest.raises(StalenessError, match="holds a token 3 versions old \\(bound 2\\)"):
+        step_once(model, stale, precision, micro_batch_size=0, staleness_bound=2)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before.parameters()))
+    assert step_once(model, stale, precision, micro_batch_size=0, staleness_bound=3)["train/staleness_max"] == 3.0
