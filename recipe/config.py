@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import hashlib
 import json
+import math
 import typing
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -122,6 +123,45 @@ def check_section(data: Any, schema: type, path: str, checked: Collection[str] =
             check_value_type(data[name], hints[name], f"{prefix}{name}")
 
 
+# Ranges of the numeric run settings, checked at load time (a bad value names its key, not a crash
+# an hour into a run). path -> (lowest, highest, whether the lowest is allowed).
+RANGES: dict[str, tuple[float, float, bool]] = {
+    **{f"model.{key}": (1, math.inf, True) for key in
+       ("hidden_size", "intermediate_size", "num_layers", "num_heads", "max_positions")},
+    "warm_start.steps": (0, math.inf, True), "warm_start.batch_size": (1, math.inf, True),
+    "warm_start.lr": (0, math.inf, False), "warm_start.teacher_correct_prob": (0, 1, True),
+    "warm_start.interrupted_frac": (0, 1, True),
+    "task.train_size": (1, math.inf, True), "task.validation_size": (1, math.inf, True),
+    "task.min_digits": (1, math.inf, True), "task.max_digits": (1, math.inf, True),
+    # A group of one sample has no spread, so no advantage: G >= 2.
+    "rollout.prompts_per_batch": (1, math.inf, True), "rollout.samples_per_prompt": (2, math.inf, True),
+    "rollout.temperature": (0, math.inf, False), "rollout.max_new_tokens": (1, math.inf, True),
+    "optimizer.lr": (0, math.inf, False), "optimizer.warmup_steps": (0, math.inf, True),
+    "optimizer.weight_decay": (0, math.inf, True), "optimizer.eps": (0, math.inf, False),
+    "optimizer.beta1": (0, 1, True), "optimizer.beta2": (0, 1, True), "optimizer.grad_clip": (0, math.inf, False),
+    "optimizer.micro_batch_size": (0, math.inf, True),
+    "eval.every_steps": (1, math.inf, True), "eval.num_prompts": (1, math.inf, True),
+    "eval.samples_per_prompt": (1, math.inf, True), "checkpoint.every_steps": (1, math.inf, True),
+    "max_steps": (0, math.inf, True),
+}
+
+
+def check_ranges(data: Mapping[str, Any]) -> None:
+    """Every RANGES key of a (type-checked) recipe dict lies in its range."""
+    flat = flatten_config(data)
+    for path, (low, high, low_allowed) in RANGES.items():
+        value = flat.get(path)
+        if value is None:
+            continue
+        if not ((value >= low if low_allowed else value > low) and value <= high):
+            lower = f">= {low:g}" if low_allowed else f"> {low:g}"
+            expected = lower if high == math.inf else f"in [{low:g}, {high:g}]" if low_allowed else f"in ({low:g}, {high:g}]"
+            raise ConfigError(f"{path}: got {value!r}, expected {expected}")
+    if flat.get("task.max_digits", 1) < flat.get("task.min_digits", 1):
+        raise ConfigError(f"task.max_digits: got {flat['task.max_digits']!r}, expected >= task.min_digits "
+                          f"({flat['task.min_digits']!r})")
+
+
 def to_plain(layer: Any, source: str) -> dict[str, Any]:
     """An OmegaConf/YAML layer -> a plain dict with interpolations resolved."""
     if layer is None:
@@ -159,6 +199,7 @@ def apply_layer(base: Mapping[str, Any], layer: Mapping[str, Any], source: str) 
     try:
         merged = merge_layer(dict(base), layer)
         check_section(merged, RecipeConfig, "", checked=AXES)
+        check_ranges(merged)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     return merged

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,7 +13,7 @@ def run(args: argparse.Namespace) -> int:
     from sweeps.planner import plan_sweep
     from sweeps.slurm import cancel_slurm_jobs
     from sweeps.spec import output_dir
-    from sweeps.state import is_done, read_state
+    from sweeps.state import is_done, read_state, stop_run
     from sweeps.status_command import resolve_spec
 
     spec = resolve_spec(args.target)
@@ -28,10 +26,7 @@ def run(args: argparse.Namespace) -> int:
     if spec.executor.name == "slurm":
         cancel_slurm_jobs([launcher_id for _, launcher_id in launched])
     else:
-        for _, launcher_id in launched:  # local: the submitit controller forwards the signal to its job
-            try:
-                os.kill(int(launcher_id), signal.SIGTERM)
-            except (ProcessLookupError, ValueError):
-                pass
+        # Local: stop the training process itself (submitit's job processes ignore SIGTERM).
+        launched = [(job, launcher_id) for job, launcher_id in launched if stop_run(job.run_dir, grace_seconds=10.0)]
     print(f"sweep {spec.name}: cancelled {len(launched)} job(s); `sweep run` resumes them from their checkpoints")
     return 0

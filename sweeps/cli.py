@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("sweeps.plan_command", "print the jobs a sweep spec expands to (id, axis, choice, seed, resources)"),
     "train": ("sweeps.train_command", "run one RL training job from a recipe YAML (resumes if its run directory exists)"),
     "run": ("sweeps.run_command", "run a sweep spec to the end: launch, watch, resume, fit, LOO table, report"),
+    "tune": ("sweeps.tune_command", "run an Optuna study over recipe parameters; objective from the curve fit, sigmoid-aware pruning"),
     "status": ("sweeps.status_command", "print the state of a sweep's jobs once (spec or sweep directory)"),
     "cancel": ("sweeps.cancel_command", "cancel a sweep's running jobs (SLURM or local); `sweep run` resumes them"),
     "report": ("sweeps.report_command", "build the PDF ablation report of a sweep directory (or an MLflow store)"),

@@ -104,13 +104,8 @@ class SweepSpec:
     root: str = "."
 
 
-def check_spec_values(spec: SweepSpec) -> None:
-    """Cross-field rules the types cannot say."""
-    from components import REGISTRIES
-
-    budget = spec.budget
-    if not spec.name or not spec.name.replace("-", "").replace("_", "").replace(".", "").isalnum():
-        raise ConfigError(f"name: got {spec.name!r}, expected letters, digits, '-', '_' or '.' (it names directories)")
+def check_budget(budget: BudgetSpec) -> None:
+    """The budget's cross-field rules (shared by sweep and tune specs)."""
     if budget.unit not in COMPUTE_UNITS:
         raise ConfigError(f"budget.unit: got {budget.unit!r}, expected one of {list(COMPUTE_UNITS)}")
     for key in ("fit_at", "target"):
@@ -127,14 +122,15 @@ def check_spec_values(spec: SweepSpec) -> None:
         )
     if not 0 <= budget.observed_window < 1:
         raise ConfigError(f"budget.observed_window: got {budget.observed_window}, expected a fraction in [0, 1)")
-    if not spec.seeds:
-        raise ConfigError("seeds: empty; give at least one seed, e.g. seeds: [0]")
-    if len(set(spec.seeds)) != len(spec.seeds):
-        raise ConfigError(f"seeds: {list(spec.seeds)} repeats a seed")
-    for axis in spec.axes:
-        if axis not in REGISTRIES:
-            raise ConfigError(f"axes.{axis}: unknown axis; valid axes: {', '.join(REGISTRIES)}")
-    executor = spec.executor
+
+
+def check_name(name: str) -> None:
+    if not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise ConfigError(f"name: got {name!r}, expected letters, digits, '-', '_' or '.' (it names directories)")
+
+
+def check_executor(executor: ExecutorSpec) -> None:
+    """The executor's ranges (shared by sweep and tune specs)."""
     if executor.local.max_parallel < 1:
         raise ConfigError(f"executor.local.max_parallel: got {executor.local.max_parallel}, expected >= 1")
     if executor.local.cores_per_job < 1:
@@ -149,6 +145,22 @@ def check_spec_values(spec: SweepSpec) -> None:
     if slurm.signal_delay_s >= slurm.time_minutes * 60:
         raise ConfigError(f"executor.slurm.signal_delay_s: got {slurm.signal_delay_s}, expected < time_minutes * 60 "
                           f"({slurm.time_minutes * 60}): the requeue signal would arrive as the job starts")
+
+
+def check_spec_values(spec: SweepSpec) -> None:
+    """Cross-field rules the types cannot say."""
+    from components import REGISTRIES
+
+    check_name(spec.name)
+    check_budget(spec.budget)
+    if not spec.seeds:
+        raise ConfigError("seeds: empty; give at least one seed, e.g. seeds: [0]")
+    if len(set(spec.seeds)) != len(spec.seeds):
+        raise ConfigError(f"seeds: {list(spec.seeds)} repeats a seed")
+    for axis in spec.axes:
+        if axis not in REGISTRIES:
+            raise ConfigError(f"axes.{axis}: unknown axis; valid axes: {', '.join(REGISTRIES)}")
+    check_executor(spec.executor)
 
 
 def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> SweepSpec:
@@ -166,11 +178,11 @@ def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> Swe
     return spec
 
 
-def load_spec(path: str | Path) -> SweepSpec:
-    """Read and check a sweep spec YAML (see the module docstring for the format)."""
+def read_spec_file(path: str | Path, what: str = "sweep spec") -> dict[str, Any]:
+    """A spec YAML as a plain mapping; a missing file or bad YAML is a ConfigError naming the file."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"{path}: no such sweep spec")
+        raise ConfigError(f"{path}: no such {what}")
     try:
         raw = OmegaConf.load(path)
     except Exception as error:  # YAML syntax: name the file and the parser's position
@@ -178,7 +190,12 @@ def load_spec(path: str | Path) -> SweepSpec:
     data = to_plain(raw, str(path))
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {describe_value(data)}")
-    return spec_from_dict(data, str(path), root=str(path.resolve().parent))
+    return data
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and check a sweep spec YAML (see the module docstring for the format)."""
+    return spec_from_dict(read_spec_file(path), str(path), root=str(Path(path).resolve().parent))
 
 
 def output_dir(spec: SweepSpec) -> Path:

@@ -126,3 +126,39 @@ def is_locked(run_dir: Path) -> bool:
         lock.release()
         return False
     return True
+
+
+def lock_holder(run_dir: Path) -> int | None:
+    """The pid of the process training the run (written into its lock), or None when nobody holds it."""
+    if not is_locked(run_dir):
+        return None
+    try:
+        return int((run_dir / LOCK_FILE).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def stop_run(run_dir: Path, grace_seconds: float) -> bool:
+    """Stop the process training a run: SIGINT, then SIGKILL after `grace_seconds`. True if it was running.
+
+    Signals go to the training process itself (the lock holder), not to a launcher in between:
+    submitit's job processes ignore SIGTERM (SLURM sends it before preemption) and its local
+    controller only forwards it. A killed job loses nothing: checkpoints are replaced atomically.
+    A PipelineRL job's generator and trainer exit on their own once this process is gone.
+    """
+    import signal
+
+    pid = lock_holder(run_dir)
+    if pid is None:
+        return False
+    for signum, wait in ((signal.SIGINT, grace_seconds), (signal.SIGKILL, LOCK_WAIT_SECONDS)):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            return True
+        deadline = time.time() + wait
+        while time.time() < deadline:
+            if not is_locked(run_dir):
+                return True
+            time.sleep(0.1)
+    return True

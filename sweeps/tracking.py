@@ -84,17 +84,37 @@ class SweepTracker:
             self.client.log_batch(parent.info.run_id, params=[Param(key, value) for key, value in budget.items()])
             state = {"tracking_uri": self.uri, "experiment_id": experiment_id,
                      "parent_run_id": parent.info.run_id, "child_runs": {}, "mirrored_lines": {}}
+        self.state = state
+        self.add_jobs(jobs)
+
+    def add_jobs(self, jobs: list[Job], run_names: dict[str, str] | None = None) -> None:
+        """A child run per job not tracked yet, holding its flattened recipe as params."""
+        from mlflow.entities import Param
+
         for job in jobs:
-            if job.run_id in state["child_runs"]:
+            if job.run_id in self.state["child_runs"]:
                 continue
-            child = self.client.create_run(experiment_id, run_name=f"{job.variant} seed {job.seed}",
-                                           tags=job_tags(job, state["parent_run_id"]))
+            name = (run_names or {}).get(job.run_id, f"{job.variant} seed {job.seed}")
+            child = self.client.create_run(self.experiment_id, run_name=name,
+                                           tags=job_tags(job, self.state["parent_run_id"]))
             params = [Param(key, value) for key, value in recipe_params(job).items()]
             for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
                 self.client.log_batch(child.info.run_id, params=params[start:start + 100])
-            state["child_runs"][job.run_id] = child.info.run_id
-        self.state = state
+            self.state["child_runs"][job.run_id] = child.info.run_id
         self.save()
+
+    def log_summary(self, run_id: str | None, metrics: dict[str, float], tags: dict[str, str],
+                    params: dict[str, str] | None = None) -> None:
+        """Final metrics, tags and params on a job's child run (run_id) or on the parent (None)."""
+        from mlflow.entities import Metric, Param, RunTag
+
+        target = self.state["parent_run_id"] if run_id is None else self.state["child_runs"][run_id]
+        stamp = int(time.time() * 1000)
+        self.client.log_batch(
+            target, metrics=[Metric(key, float(value), stamp, 0) for key, value in metrics.items()
+                             if value is not None and math.isfinite(value)],
+            params=[Param(key, str(value)[:PARAM_VALUE_LIMIT]) for key, value in (params or {}).items()],
+            tags=[RunTag(key, str(value)) for key, value in tags.items()])
 
     def save(self) -> None:
         write_json_atomic(self.path, self.state)

@@ -121,3 +121,31 @@ def test_kill_9_of_the_driver_then_rerun_resumes_without_gaps_or_duplicates(tmp_
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert_complete_curves(out, 2)
+
+
+def test_cancel_stops_local_jobs_and_run_resumes_them(tmp_path, capsys):
+    # The driver dies (kill -9) and its local jobs live on; `sweep cancel` must stop the training
+    # processes themselves (submitit's job processes ignore SIGTERM), then `sweep run` resumes them.
+    from sweeps.state import is_locked
+
+    spec = write_spec(tmp_path, executor="local", target=1600)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "sweeps.cli", "run", str(spec)]
+    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:  # both jobs training, with a few evaluations each
+        lines = [len(p.read_text().splitlines()) for p in out.glob("runs/*/metrics.jsonl")]
+        if len(lines) == 2 and min(lines) >= 3:
+            break
+        time.sleep(0.2)
+    driver.kill()
+    driver.wait()
+    run_dirs = list(out.glob("runs/*"))
+    assert all(is_locked(run_dir) for run_dir in run_dirs), "the jobs should outlive their driver"
+    assert main(["cancel", str(spec)]) == 0
+    assert "cancelled 2 job(s)" in capsys.readouterr().out
+    assert not any(is_locked(run_dir) for run_dir in run_dirs)
+    assert not list(out.glob("runs/*/done.json")), "cancelled too late: a job had already finished"
+    assert main(["run", str(spec)]) == 0
+    assert_complete_curves(out, 2)

@@ -1,0 +1,192 @@
+"""`sweep tune` end to end on the tiny model: real trials, the study's storage, resume, pruning, the report."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from components.pruning import PRUNERS, Pruner
+from recipe.config import parse_overrides
+from sweeps.cli import main
+from sweeps.state import is_locked
+from tests.conftest import tiny_override_list
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def shared_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SCALERL_CACHE", str(tmp_path_factory.getbasetemp() / "warm-start-cache"))
+
+
+def tiny_overrides(model_dir) -> dict:
+    """The tiny model's recipe overrides as one nested mapping (tracking stays the driver's job)."""
+    overrides: dict = {}
+    for item in tiny_override_list(model_dir, run_steps=200):
+        if item.startswith("tracking."):
+            continue
+        layer = parse_overrides([item])
+        key = next(iter(layer))
+        if isinstance(overrides.get(key), str):  # a component name, then one of its parameters
+            overrides[key] = {"name": overrides[key]}
+        if isinstance(layer[key], dict) and isinstance(overrides.get(key), dict):
+            overrides[key].update(layer[key])
+        else:
+            overrides[key] = layer[key]
+    overrides["eval"]["every_steps"] = 2
+    overrides["checkpoint"]["every_steps"] = 2
+    return overrides
+
+
+def write_spec(tmp_path, model_dir, **changes) -> Path:
+    spec = {
+        "name": "tiny-tune",
+        "space": {"optimizer.lr": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
+                  "rollout.samples_per_prompt": {"type": "int", "low": 2, "high": 6, "step": 2}},
+        "start_with": [{"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 4}],
+        "trials": 3,
+        "sampler": {"name": "random", "seed": 0},
+        "pruner": "none",
+        "overrides": tiny_overrides(model_dir),
+        "budget": {"unit": "samples", "fit_at": 160, "target": 320},
+        "executor": {"name": "local", "local": {"max_parallel": 1, "cores_per_job": 1}, "poll_seconds": 0.5},
+        "output_dir": str(tmp_path / "out"),
+        **changes,
+    }
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def load_study(out: Path) -> optuna.Study:
+    return optuna.load_study(study_name="tiny-tune", storage=f"sqlite:///{out.resolve()}/optuna.db")
+
+
+def eval_steps(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_study_completes_reports_its_best_and_a_rerun_repeats_nothing(tmp_path, tiny_model_dir, capsys):
+    spec = write_spec(tmp_path, tiny_model_dir)
+    assert main(["tune", str(spec)]) == 0
+    out = tmp_path / "out"
+    printed = capsys.readouterr().out
+    study = load_study(out)
+    trials = study.get_trials()
+    assert [trial.state for trial in trials] == [optuna.trial.TrialState.COMPLETE] * 3
+    assert trials[0].params == {"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 4}  # start_with first
+    records = [json.loads((out / "trials" / f"{n}.json").read_text()) for n in range(3)]
+    for trial, record in zip(trials, records):
+        # the objective told to Optuna is the fit's prediction at the target, inside its interval
+        assert trial.value == pytest.approx(record["value"])
+        assert record["lower"] <= record["value"] <= record["upper"]
+        assert record["compute"] >= 160  # trained to fit_at
+        assert eval_steps(out / "runs" / record["run_id"])[-1] * 4 * trial.params["rollout.samples_per_prompt"] \
+            == record["compute"]
+    best = study.best_trial
+    assert f"best: trial {best.number}, pred_at_target = {best.value:.4f}" in printed
+    assert (out / "trials.csv").read_text().count("\n") == 4
+    assert (out / "tune_report.pdf").stat().st_size > 10_000
+    # MLflow: a child run per trial with its objective and the parent with the best trial
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{out.resolve()}/mlflow.db")
+    experiment = client.get_experiment_by_name("tiny-tune")
+    runs = client.search_runs([experiment.experiment_id])
+    children = [run for run in runs if "mlflow.parentRunId" in run.data.tags]
+    assert len(children) == 3 and all("tune/objective" in run.data.metrics for run in children)
+    parent = [run for run in runs if "mlflow.parentRunId" not in run.data.tags][0]
+    assert parent.data.metrics["tune/best_trial"] == best.number
+
+    before = {path: path.stat().st_mtime_ns for path in out.glob("runs/*/metrics.jsonl")}
+    assert main(["tune", str(spec)]) == 0
+    assert len(load_study(out).get_trials()) == 3
+    assert {path: path.stat().st_mtime_ns for path in out.glob("runs/*/metrics.jsonl")} == before
+    assert f"best: trial {best.number}" in capsys.readouterr().out
+
+    # A changed study in the same directory is refused; more trials extend it.
+    data = yaml.safe_load(spec.read_text())
+    data["space"]["optimizer.lr"]["high"] = 1e-2
+    spec.write_text(yaml.safe_dump(data))
+    assert main(["tune", str(spec)]) == 2
+    assert "space: differ from the study already in" in capsys.readouterr().err
+    data["space"]["optimizer.lr"]["high"] = 3e-3
+    data["trials"] = 4
+    spec.write_text(yaml.safe_dump(data))
+    assert main(["tune", str(spec)]) == 0
+    assert [trial.state.name for trial in load_study(out).get_trials()] == ["COMPLETE"] * 4
+
+
+def test_a_killed_driver_resumes_its_running_trial_in_place(tmp_path, tiny_model_dir):
+    spec = write_spec(tmp_path, tiny_model_dir)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "sweeps.cli", "tune", str(spec)]
+    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    # Kill the driver (and its job) once trial 1 has a checkpoint but has not finished.
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        record = out / "trials" / "1.json"
+        if record.exists():
+            run_dir = out / "runs" / json.loads(record.read_text())["run_id"]
+            if (run_dir / "checkpoint.pt").exists() and not (run_dir / "done.json").exists():
+                break
+        time.sleep(0.2)
+    else:
+        pytest.fail("trial 1 never checkpointed")
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    assert [trial.state.name for trial in load_study(out).get_trials()] == ["COMPLETE", "RUNNING"]
+    assert main(["tune", str(spec)]) == 0
+    trials = load_study(out).get_trials()
+    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 3
+    # trial 1 kept its number and parameters and finished in its own run directory: its curve has
+    # every evaluation once (resumed from the checkpoint, not restarted and not duplicated)
+    record = json.loads((out / "trials" / "1.json").read_text())
+    steps = eval_steps(out / "runs" / record["run_id"])
+    assert steps == list(range(0, steps[-1] + 1, 2))
+    assert len(list((out / "runs").iterdir())) == 3
+
+
+class PruneAfterBest(Pruner):
+    """Test pruner: stop every trial once a best exists and it has spent min_compute_frac x fit_at."""
+
+    min_compute_frac = 0.3
+    n_boot = 20  # the objective's interval: few refits, so a poll is quick next to a seconds-long trial
+
+    def should_prune(self, trial, best, fit_at, maximize):
+        return best is not None and trial.compute >= self.min_compute_frac * fit_at
+
+
+def test_a_pruned_trial_is_stopped_told_pruned_and_reported(tmp_path, tiny_model_dir, capsys):
+    if "test_prune_after_best" not in PRUNERS.names():
+        PRUNERS.register("test_prune_after_best")(PruneAfterBest)
+    # Trial 1 with G = 2: ten evaluations before fit_at, so there is time to stop it mid-way.
+    start_with = [{"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 4},
+                  {"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 2}]
+    spec = write_spec(tmp_path, tiny_model_dir, trials=2, pruner="test_prune_after_best", start_with=start_with)
+    assert main(["tune", str(spec)]) == 0
+    out = tmp_path / "out"
+    trials = load_study(out).get_trials()
+    assert [trial.state.name for trial in trials] == ["COMPLETE", "PRUNED"]
+    record = json.loads((out / "trials" / "1.json").read_text())
+    run_dir = out / "runs" / record["run_id"]
+    decision = json.loads((run_dir / "pruned.json").read_text())
+    assert 0.3 * 160 <= decision["compute"] < 160 and decision["best_trial"] == 0
+    # the job was stopped: it never reached fit_at, and nothing holds its run any more
+    assert not (run_dir / "done.json").exists() and record["compute"] < 160
+    assert not is_locked(run_dir)
+    printed = capsys.readouterr().out
+    assert "trial 1 pruned at" in printed and "pruning stopped 1 trial(s) early" in printed
+    csv_text = (out / "trials.csv").read_text()
+    assert ",pruned," in csv_text
+    # a rerun keeps the decision
+    assert main(["tune", str(spec)]) == 0
+    assert [trial.state.name for trial in load_study(out).get_trials()] == ["COMPLETE", "PRUNED"]

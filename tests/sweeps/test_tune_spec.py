@@ -1,0 +1,97 @@
+"""Tune specs: a malformed search space fails at load time, before any trial, naming the key and the fix."""
+
+import pytest
+import yaml
+
+from components.registry import ConfigError
+from sweeps.cli import main
+from sweeps.tune_spec import load_tune_spec, params_layer, trial_recipe
+
+GOOD = {
+    "name": "t",
+    "space": {"optimizer.lr": {"type": "float", "low": 1.0e-5, "high": 3.0e-4, "log": True},
+              "rollout.samples_per_prompt": {"type": "int", "low": 4, "high": 16, "step": 4}},
+    "budget": {"unit": "device_seconds", "fit_at": 150, "target": 300},
+    "trials": 4,
+}
+
+
+def write(tmp_path, **changes):
+    spec = {**GOOD, **changes, "output_dir": str(tmp_path / "out")}
+    path = tmp_path / "tune.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_the_shipped_tune_spec_and_a_good_spec_load(tmp_path):
+    spec = load_tune_spec(write(tmp_path))
+    assert [param.path for param in spec.params] == ["optimizer.lr", "rollout.samples_per_prompt"]
+    assert spec.maximize and spec.objective.metric == "pred_at_target"
+    shipped = load_tune_spec("sweeps/tune.yaml")
+    assert len(shipped.space) >= 2
+
+
+@pytest.mark.parametrize("space, message", [
+    ({"optimizer.lrr": {"type": "float", "low": 1e-5, "high": 1e-3}},
+     r"space\.optimizer\.lrr: unknown parameter path .* did you mean optimizer\.lr"),
+    ({"optimizer.lr": {"type": "float", "low": 1e-3, "high": 1e-3}}, r"space\.optimizer\.lr: empty range"),
+    ({"optimizer.lr": {"type": "float", "low": 1e-2, "high": 1e-3}}, r"space\.optimizer\.lr: empty range"),
+    ({"rollout.samples_per_prompt": {"type": "float", "low": 4, "high": 8}},
+     r"space\.rollout\.samples_per_prompt\.type: the recipe key holds an integer .* use type: int"),
+    ({"loss.name": {"type": "int", "low": 1, "high": 2}}, r"space\.loss\.name\.type: int does not fit .* categorical"),
+    ({"optimizer.lr": {"type": "float", "low": "small", "high": 1e-3}}, r"space\.optimizer\.lr\.low: got 'small'"),
+    ({"rollout.samples_per_prompt": {"type": "int", "low": 4.5, "high": 8}},
+     r"space\.rollout\.samples_per_prompt\.low: got 4\.5, expected an integer"),
+    ({"optimizer.lr": {"type": "float", "low": 0.0, "high": 1e-3, "log": True}}, r"log range needs low > 0"),
+    ({"optimizer.lr": {"type": "real", "low": 0.0, "high": 1e-3}}, r"space\.optimizer\.lr\.type: got 'real'"),
+    ({"optimizer.lr": {"type": "float", "low": 1e-5}}, r"space\.optimizer\.lr\.high: missing"),
+    ({"optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-3, "lgo": True}}, r"space\.optimizer\.lr\.lgo: unknown key"),
+    ({"loss.name": {"type": "categorical", "choices": []}}, r"space\.loss\.name\.choices: .* non-empty list"),
+    ({"loss.name": {"type": "categorical", "choices": ["cispo", "ppo2"]}},
+     r"space\.loss\.name: the recipe refuses 'ppo2'"),
+    # A range end the recipe refuses: G = 1 gives groups without spread.
+    ({"rollout.samples_per_prompt": {"type": "int", "low": 1, "high": 8}},
+     r"space\.rollout\.samples_per_prompt: the recipe refuses 1: .*rollout\.samples_per_prompt: got 1, expected >= 2"),
+    ({"loss.eps_max": {"type": "float", "low": -1.0, "high": 8.0}}, r"space\.loss\.eps_max: the recipe refuses -1\.0"),
+    ({"loss.name": {"type": "categorical", "choices": ["cispo", "dapo"]},
+      "loss.eps_max": {"type": "float", "low": 2.0, "high": 8.0}}, r"loss\.name is also tuned"),
+    ({"tracking.experiment": {"type": "categorical", "choices": ["a", "b"]}}, r"not tunable"),
+    ({}, r"space: empty"),
+])
+def test_a_malformed_space_fails_before_any_trial_naming_the_key(tmp_path, capsys, space, message):
+    path = write(tmp_path, space=space)
+    with pytest.raises(ConfigError, match=message):
+        load_tune_spec(path)
+    # The command prints the one-line error, exits 2 and creates nothing (no study, no trial).
+    assert main(["tune", str(path)]) == 2
+    assert "sweep tune: error:" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"objective": {"metric": "pass_rate"}}, r"objective\.metric: got 'pass_rate'"),
+    ({"objective": {"direction": "up"}}, r"objective\.direction"),
+    ({"trials": 0}, r"trials: got 0"),
+    ({"parallelism": 0}, r"parallelism: got 0"),
+    ({"sampler": {"name": "cmaes"}}, r"sampler\.name"),
+    ({"pruner": {"name": "sigmoid_bound", "level": 2.0}}, r"pruner: .*level"),
+    ({"pruner": "median"}, r"pruner: .*median"),
+    ({"start_with": [{"optimizer.lr": 1e-4}]}, r"start_with\[0\]: missing rollout\.samples_per_prompt"),
+    ({"start_with": [{"optimizer.lr": 1.0, "rollout.samples_per_prompt": 8}]},
+     r"start_with\[0\]\.optimizer\.lr: 1\.0 lies outside"),
+    ({"budget": {"unit": "device_seconds", "fit_at": 300, "target": 300}}, r"budget\.fit_at"),
+    ({"trails": 4}, r"trails: unknown key"),
+])
+def test_other_spec_errors_name_their_key(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message):
+        load_tune_spec(write(tmp_path, **changes))
+
+
+def test_trial_parameters_compose_into_the_recipe(tmp_path):
+    spec = load_tune_spec(write(tmp_path, space={
+        "loss.name": {"type": "categorical", "choices": ["cispo", "dapo"]},
+        "optimizer.lr": {"type": "float", "low": 1e-5, "high": 1e-3}}))
+    recipe = trial_recipe(spec, {"loss.name": "dapo", "optimizer.lr": 2e-4})
+    assert recipe.loss["name"] == "dapo" and recipe.optimizer.lr == 2e-4
+    # component names are applied before parameters of the same axis
+    assert list(params_layer({"loss.eps_high": 0.3, "loss.name": "dapo"})["loss"]) == ["name", "eps_high"]
