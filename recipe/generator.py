@@ -106,8 +106,9 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
 
     cache = DynamicCache()
     positions = positions_from_mask(attention_mask)
-    out = parts.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                     past_key_values=cache, use_cache=True)
+    with parts.autocast():
+        out = parts.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                         past_key_values=cache, use_cache=True)
     hidden = out.last_hidden_state[:, -1]
     next_position = positions[:, -1] + 1
     for t in range(limit):
@@ -155,8 +156,9 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
         if on_decode_step is not None:
             version = on_decode_step()  # new weights apply from this forward pass on
-        out = parts.body(input_ids=token[:, None], attention_mask=attention_mask, position_ids=next_position[:, None],
-                         past_key_values=cache, use_cache=True)
+        with parts.autocast():
+            out = parts.body(input_ids=token[:, None], attention_mask=attention_mask,
+                             position_ids=next_position[:, None], past_key_values=cache, use_cache=True)
         hidden = out.last_hidden_state[:, -1]
         next_position = next_position + 1
     truncated |= ~finished
@@ -174,3 +176,40 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         interrupted=interrupted,
         versions=torch.tensor(versions, dtype=torch.long, device=device)[None, :].expand(B, -1).clone(),
     )
+
+
+class TorchGenerator:
+    """The generator backend every platform has: `generate` above on a Hugging Face model (CPU or CUDA).
+
+    The backend interface (a vLLM engine implements the same, recipe/vllm_generator.py):
+        generate(prompts, *, precision, length_control, max_new_tokens, temperature, greedy, seed,
+                 policy_version) -> Rollout      one response per prompt, behaviour logprobs recorded
+        update_weights(named_tensors, version)   load new weights in place; the next token uses them
+    tests/recipe/test_generator_contract.py is the suite every backend must pass.
+    """
+
+    name = "torch"
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.version = 0
+
+    def generate(self, prompts: list[str], *, precision, length_control, max_new_tokens: int,
+                 temperature: float = 1.0, greedy: bool = False, seed: int = 0,
+                 policy_version: int | None = None) -> Rollout:
+        device = next(self.model.parameters()).device
+        return generate(self.model, self.tokenizer, prompts, precision=precision, length_control=length_control,
+                        max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy,
+                        torch_rng=torch.Generator(device=device).manual_seed(seed),
+                        numpy_rng=np.random.default_rng(seed),
+                        policy_version=self.version if policy_version is None else policy_version)
+
+    @torch.no_grad()
+    def update_weights(self, named_tensors, version: int) -> None:
+        """Copy (Hugging Face name, tensor) pairs into the model's parameters in place."""
+        parameters = dict(self.model.named_parameters())
+        for name, tensor in named_tensors:
+            if name not in parameters:
+                raise KeyError(f"update_weights: {name!r} is not a parameter of the model")
+            parameters[name].copy_(tensor)
+        self.version = version

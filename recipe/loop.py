@@ -181,6 +181,29 @@ def prepare_run_dir(cfg: RecipeConfig, run_dir: Path) -> None:
     config_path.write_text(text)
 
 
+def resolve_device(device: str = "auto") -> str:
+    """"auto" -> "cuda" where torch sees a GPU, else "cpu"; anything else is checked and returned."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r}: CUDA is not available on this machine (use cpu or auto)")
+    return str(device)
+
+
+def configure_cuda() -> None:
+    """Deterministic options where torch allows them, before the first CUDA call of the process.
+
+    cuBLAS needs a fixed workspace for reproducible matmuls; cuDNN autotuning picks kernels by
+    timing, so it is off; ops without a deterministic kernel warn instead of failing. TF32 is left
+    to torch's default for the body and disabled explicitly for the fp32 LM head (components/precision.py).
+    """
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.backends.cudnn.benchmark = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
 def default_devices(device: str) -> int:
     """Devices a single-process run holds: its torch threads (cores) on CPU, one accelerator otherwise."""
     return torch.get_num_threads() if str(device) == "cpu" else 1
@@ -260,15 +283,18 @@ class Run:
         self.last_checkpoint = self.step
 
 
-def train(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu",
+def train(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "auto",
           on_eval: Callable[[dict], None] | None = None, on_step: Callable[[int, ComputeMeter], None] | None = None,
           stop_at_step: int | None = None) -> list[dict]:
-    """Run (or resume) `cfg` in `run_dir`; returns the evaluation records of metrics.jsonl.
+    """Run (or resume) `cfg` in `run_dir` on `device` (auto: CUDA if present); returns the evaluation records.
 
     stop_at_step: return early once that step is reached (after any checkpoint due then) - tests
     use it to interrupt a run at a known point. An asynchronous off-policy mode (pipeline_rl) runs
     in generator and trainer processes (recipe/pipeline.py); the callbacks then run in this process.
     """
+    device = resolve_device(device)
+    if device.startswith("cuda"):
+        configure_cuda()
     if REGISTRIES["off_policy"].build(cfg.off_policy).asynchronous:
         from recipe.pipeline import train_pipeline
 

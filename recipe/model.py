@@ -9,6 +9,7 @@ character by character. It is saved as a normal HF directory, so one loader serv
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,7 +67,13 @@ def save_model_dir(model, tokenizer, path: str | Path) -> None:
 
 
 def load_model_dir(path: str | Path, dtype: str = "float32", device: str = "cpu"):
-    """(model, tokenizer) from a Hugging Face directory; the tokenizer pads on the left for generation."""
+    """(model, tokenizer) from a Hugging Face directory; the tokenizer pads on the left for generation.
+
+    `dtype` is the compute dtype of the model body. The parameters stay fp32 whatever it is: they
+    are the optimizer's master weights, so AdamW's moments and updates are fp32 (bf16 parameters
+    would round away small updates). A bf16/fp16 body runs under torch.autocast (LmParts.autocast);
+    the LM head's dtype is the `precision` axis, computed outside autocast.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
 
@@ -77,7 +84,8 @@ def load_model_dir(path: str | Path, dtype: str = "float32", device: str = "cpu"
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype]).to(device)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    model.scalerl_compute_dtype = DTYPES[dtype]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
 
@@ -88,11 +96,20 @@ class LmParts:
 
     body: torch.nn.Module
     head: torch.nn.Linear
+    compute_dtype: torch.dtype = torch.float32
+
+    def autocast(self):
+        """The context the body runs in: autocast to the compute dtype, or nothing for fp32."""
+        if self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        device = next(self.body.parameters()).device
+        return torch.autocast(device_type=device.type, dtype=self.compute_dtype)
 
 
 def lm_parts(model) -> LmParts:
     head = model.get_output_embeddings()
-    return LmParts(body=getattr(model, model.base_model_prefix), head=head)
+    return LmParts(body=getattr(model, model.base_model_prefix), head=head,
+                   compute_dtype=getattr(model, "scalerl_compute_dtype", torch.float32))
 
 
 def count_parameters(model, non_embedding: bool = True) -> int:

@@ -49,8 +49,8 @@ import torch
 from components import REGISTRIES
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
-from recipe.loop import (Run, Samples, assemble_minibatch, build_components, model_directory, prepare_run_dir,
-                         sample_groups, train_on)
+from recipe.loop import (Run, Samples, assemble_minibatch, build_components, configure_cuda, model_directory,
+                         prepare_run_dir, sample_groups, train_on)
 from recipe.model import load_model_dir
 from recipe.tasks import build_task
 from recipe.tracking import read_metrics
@@ -191,6 +191,8 @@ def role_device(device: str, role: str, mode) -> str:
 def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: str, stop_at_step: int | None) -> None:
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
     device = role_device(device, "trainer", mode)
+    if device.startswith("cuda"):
+        configure_cuda()  # per process: the spawned roles do not inherit the supervisor's torch settings
     if device == "cpu":
         torch.set_num_threads(mode.trainer_devices)
     run = Run(cfg, Path(run_dir), device, devices=mode.generator_devices + mode.trainer_devices)
@@ -292,6 +294,8 @@ def finish(run: Run, channels: Channels) -> None:
 def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
     device = role_device(device, "generator", mode)
+    if device.startswith("cuda"):
+        configure_cuda()  # per process: the spawned roles do not inherit the supervisor's torch settings
     if device == "cpu":
         torch.set_num_threads(mode.generator_devices)
     channels.groups.cancel_join_thread()  # groups left unread at the end must not block this process's exit

@@ -23,8 +23,9 @@ def sequence_logprobs(model, precision, input_ids, attention_mask, prompt_width:
     head and temperature the generator sampled with.
     """
     parts = lm_parts(model)
-    hidden = parts.body(input_ids=input_ids, attention_mask=attention_mask,
-                        position_ids=positions_from_mask(attention_mask)).last_hidden_state
+    with parts.autocast():
+        hidden = parts.body(input_ids=input_ids, attention_mask=attention_mask,
+                            position_ids=positions_from_mask(attention_mask)).last_hidden_state
     logits = precision.head_logits(hidden[:, prompt_width - 1:-1], parts.head.weight, parts.head.bias)
     logp_all = torch.log_softmax(logits / temperature, dim=-1)  # (B, T, V), head dtype
     logprobs = logp_all.gather(-1, input_ids[:, prompt_width:, None]).squeeze(-1).float()

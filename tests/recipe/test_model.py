@@ -38,5 +38,13 @@ def test_saved_directory_loads_through_transformers(tiny_model_dir):
     # Non-embedding parameters: everything but the input embedding table (the head is a matmul).
     embedding = model.get_input_embeddings().weight.numel()
     assert count_parameters(model) == sum(p.numel() for p in model.parameters()) - embedding
+    # A bf16 model keeps fp32 parameters (AdamW's master weights) and runs its body in bf16.
     bf16, _ = load_model_dir(tiny_model_dir, dtype="bfloat16")
-    assert next(bf16.parameters()).dtype == torch.bfloat16
+    assert next(bf16.parameters()).dtype == torch.float32
+    bf16_parts = lm_parts(bf16)
+    matmul_dtypes = []
+    linear = next(module for module in bf16_parts.body.modules() if isinstance(module, torch.nn.Linear))
+    linear.register_forward_hook(lambda module, inputs, output: matmul_dtypes.append(output.dtype))
+    with bf16_parts.autocast():
+        bf16_parts.body(input_ids=torch.tensor([[1, 20, 21]]))
+    assert matmul_dtypes == [torch.bfloat16]

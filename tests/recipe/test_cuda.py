@@ -1,0 +1,59 @@
+"""The CUDA path (marker gpu: `pytest -m gpu` on a machine with a GPU; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from components import REGISTRIES
+from recipe.model import load_model_dir
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")]
+
+
+def test_the_fp32_head_is_true_fp32_in_generator_and_trainer_on_cuda(tiny_model_dir, monkeypatch):
+    from components import precision as precision_module
+    from recipe.generator import TorchGenerator
+    from recipe.trainer import sequence_logprobs
+
+    model, tokenizer = load_model_dir(tiny_model_dir, dtype="bfloat16", device="cuda")
+    assert next(model.parameters()).dtype == torch.float32  # master weights
+    head_calls = []
+    real_linear = torch.nn.functional.linear
+
+    def spy_linear(hidden, weight, bias=None):
+        logits = real_linear(hidden, weight, bias)
+        if weight.shape == model.get_output_embeddings().weight.shape:
+            head_calls.append((hidden.dtype, weight.dtype, logits.dtype, precision_module.tf32_off_now()))
+        return logits
+
+    monkeypatch.setattr(torch.nn.functional, "linear", spy_linear)
+    matmul = torch.backends.cuda.matmul
+    previous = matmul.fp32_precision
+    matmul.fp32_precision = "tf32"  # TF32 on for everything else: the head must still be IEEE fp32
+    try:
+        precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+        control = REGISTRIES["length_control"].build({"name": "none"})
+        rollout = TorchGenerator(model, tokenizer).generate(["7+5=<think>"] * 8, precision=precision,
+                                                            length_control=control, max_new_tokens=8)
+        generator_calls = len(head_calls)
+        logprobs, _ = sequence_logprobs(model, precision, rollout.input_ids, rollout.attention_mask,
+                                        rollout.prompt_width)
+    finally:
+        matmul.fp32_precision = previous
+    assert generator_calls > 0 and len(head_calls) > generator_calls  # both roles went through the head
+    assert set(head_calls) == {(torch.float32, torch.float32, torch.float32, True)}
+    gap = (logprobs - rollout.old_logprobs)[rollout.loss_mask].abs().max().item()
+    assert gap < 2e-2  # bf16 body in both roles (autocast); the head itself is exact fp32
+
+
+@pytest.mark.parametrize("off_policy", ["ppo_off_policy", "pipeline_rl"])
+def test_the_tiny_recipe_trains_on_cuda(tiny_overrides, tmp_path, off_policy):
+    from recipe.config import load_recipe
+    from recipe.loop import train
+
+    cfg = load_recipe(None, tiny_overrides(f"off_policy={off_policy}", "off_policy.k=2", "model.dtype=bfloat16",
+                                           run_steps=4))
+    records = train(cfg, tmp_path / "run", device="cuda")
+    assert records[-1]["step"] == 4 and 0.0 <= records[-1]["eval/pass_rate"] <= 1.0
