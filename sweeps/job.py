@@ -60,7 +60,8 @@ class TrainingJob:
                     raise InjectedFault(f"fault injected at step {step} by the sweep spec's faults")
 
             try:
-                train(self.recipe, run_dir, on_eval=on_eval, on_step=on_step)
+                # device "auto": the GPU where the job got one (SLURM gpus_per_node), else the CPU.
+                train(self.recipe, run_dir, device="auto", on_eval=on_eval, on_step=on_step)
             except TargetReached:
                 pass
             if not reached:
