@@ -163,11 +163,15 @@ def check_spec_values(spec: SweepSpec) -> None:
     check_executor(spec.executor)
 
 
-def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> SweepSpec:
-    data = dict(data)
+def with_root(data: Mapping[str, Any], source: str, root: str) -> dict[str, Any]:
+    """The spec's mapping plus `root`, the folder its relative paths are read from (not a user key)."""
     if "root" in data:
         raise ConfigError(f"{source}: root: unknown key (it is set from the spec file's location)")
-    data["root"] = root
+    return {**data, "root": root}
+
+
+def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> SweepSpec:
+    data = with_root(data, source, root)
     try:
         check_section(data, SweepSpec, "")
         spec: SweepSpec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepSpec), data))

@@ -45,7 +45,7 @@ from components.pruning import PRUNERS
 from components.registry import ConfigError, describe_value
 from recipe.config import AXES, RecipeConfig, check_section, compose_recipe, flatten_config, to_dict
 from sweeps.spec import (BudgetSpec, ExecutorSpec, TrackingSpec, base_source, check_budget, check_executor, check_name,
-                         read_spec_file)
+                         read_spec_file, with_root)
 
 OBJECTIVES = ("pred_at_target", "A", "B")
 DIRECTIONS = ("maximize", "minimize")
@@ -288,10 +288,7 @@ def check_tune_values(spec: TuneSpec) -> None:
 
 
 def tune_spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> TuneSpec:
-    data = dict(data)
-    if "root" in data:
-        raise ConfigError(f"{source}: root: unknown key (it is set from the spec file's location)")
-    data["root"] = root
+    data = with_root(data, source, root)
     try:
         check_section(data, TuneSpec, "", checked=("space", "pruner", "start_with", "overrides"))
         if not isinstance(data["space"], Mapping):

@@ -97,6 +97,20 @@ def test_crashing_job_is_reported_with_its_log_and_retried_by_the_next_run(tmp_p
     assert_complete_curves(tmp_path / "out", 2)
 
 
+def start_driver_until(spec: Path, out: Path, ready) -> subprocess.Popen:
+    """Start `sweep run SPEC` as a separate driver process; return once ready(metrics line counts) holds."""
+    command = [sys.executable, "-m", "sweeps.cli", "run", str(spec)]
+    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if ready([len(p.read_text().splitlines()) for p in out.glob("runs/*/metrics.jsonl")]):
+            return driver
+        time.sleep(0.2)
+    os.killpg(driver.pid, signal.SIGKILL)
+    pytest.fail("the jobs never reached the state the test waits for")
+
+
 @pytest.mark.parametrize("kill_jobs_too", [False, True], ids=["driver-only", "driver-and-jobs"])
 def test_kill_9_of_the_driver_then_rerun_resumes_without_gaps_or_duplicates(tmp_path, kill_jobs_too):
     # driver-only: the jobs live on and the new driver watches them instead of launching twice;
@@ -104,14 +118,8 @@ def test_kill_9_of_the_driver_then_rerun_resumes_without_gaps_or_duplicates(tmp_
     spec = write_spec(tmp_path, executor="local", target=160)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "sweeps.cli", "run", str(spec)]
-    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-    deadline = time.time() + 240
-    while time.time() < deadline:  # kill once some job has a few evaluation points, none finished
-        lines = [len(p.read_text().splitlines()) for p in out.glob("runs/*/metrics.jsonl")]
-        if lines and max(lines) >= 3:
-            break
-        time.sleep(0.2)
+    # kill once some job has a few evaluation points, none finished
+    driver = start_driver_until(spec, out, lambda lines: lines and max(lines) >= 3)
     if kill_jobs_too:
         os.killpg(driver.pid, signal.SIGKILL)
     else:
@@ -130,15 +138,8 @@ def test_cancel_stops_local_jobs_and_run_resumes_them(tmp_path, capsys):
 
     spec = write_spec(tmp_path, executor="local", target=1600)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "sweeps.cli", "run", str(spec)]
-    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-    deadline = time.time() + 240
-    while time.time() < deadline:  # both jobs training, with a few evaluations each
-        lines = [len(p.read_text().splitlines()) for p in out.glob("runs/*/metrics.jsonl")]
-        if len(lines) == 2 and min(lines) >= 3:
-            break
-        time.sleep(0.2)
+    # both jobs training, with a few evaluations each
+    driver = start_driver_until(spec, out, lambda lines: len(lines) == 2 and min(lines) >= 3)
     driver.kill()
     driver.wait()
     run_dirs = list(out.glob("runs/*"))
