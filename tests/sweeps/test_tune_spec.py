@@ -1,5 +1,7 @@
 """Tune specs: a malformed search space fails at load time, before any trial, naming the key and the fix."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -7,6 +9,7 @@ from components.registry import ConfigError
 from sweeps.cli import main
 from sweeps.tune_spec import load_tune_spec, params_layer, trial_recipe
 
+REPO = Path(__file__).resolve().parents[2]
 GOOD = {
     "name": "t",
     "space": {"optimizer.lr": {"type": "float", "low": 1.0e-5, "high": 3.0e-4, "log": True},
@@ -23,12 +26,15 @@ def write(tmp_path, **changes):
     return path
 
 
-def test_the_shipped_tune_spec_and_a_good_spec_load(tmp_path):
+def test_a_good_spec_loads(tmp_path):
     spec = load_tune_spec(write(tmp_path))
     assert [param.path for param in spec.params] == ["optimizer.lr", "rollout.samples_per_prompt"]
     assert spec.maximize and spec.objective.metric == "pred_at_target"
-    shipped = load_tune_spec("sweeps/tune.yaml")
-    assert len(shipped.space) >= 2
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "sweeps").glob("tune*.yaml")), ids=lambda path: path.name)
+def test_every_shipped_tune_spec_loads(path):
+    assert len(load_tune_spec(path).space) >= 2
 
 
 @pytest.mark.parametrize("space, message", [
