@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 
 def run_study(spec, label: str) -> dict:
-    from sweeps.tune import read_records, run_tune
+    from sweeps.tune import compute_summary, read_records, run_tune
     from sweeps.spec import output_dir
 
     began = time.time()
@@ -37,7 +37,7 @@ def run_study(spec, label: str) -> dict:
     best = max(complete, key=lambda r: r.value) if complete else None
     return {
         "label": label, "status": status, "wall_seconds": wall,
-        "compute_spent": sum(r.compute for r in records),
+        "compute_spent": compute_summary(records, spec.budget.fit_at)[0],
         "trials": [{"number": r.number, "state": r.state, "params": r.params, "objective": r.value,
                     "interval": [r.lower, r.upper], "compute": r.compute,
                     "pruned_at": (r.pruned or {}).get("compute"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from components.registry import Registry
 
@@ -99,10 +100,12 @@ def ieee_linear(hidden, weight, bias=None):
     The guard around a forward call alone would leave the backward (run later by loss.backward())
     to the global setting; this autograd function holds it for the gradients too.
     """
-    return _IEEELinear.apply(hidden, weight, bias)
+    return _ieee_linear_function().apply(hidden, weight, bias)
 
 
-def _make_ieee_linear():
+@functools.cache
+def _ieee_linear_function():
+    """The autograd function, built on first use so that importing the registry stays torch-free."""
     import torch
 
     class IEEELinear(torch.autograd.Function):
@@ -127,17 +130,3 @@ def _make_ieee_linear():
             return grad_hidden, grad_weight, grad_bias
 
     return IEEELinear
-
-
-class _LazyIEEELinear:
-    """Builds the autograd function on first use, so importing the registry stays torch-free."""
-
-    function = None
-
-    def apply(self, *args):
-        if _LazyIEEELinear.function is None:
-            _LazyIEEELinear.function = _make_ieee_linear()
-        return _LazyIEEELinear.function.apply(*args)
-
-
-_IEEELinear = _LazyIEEELinear()

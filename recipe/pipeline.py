@@ -188,13 +188,20 @@ def role_device(device: str, role: str, mode) -> str:
     return "cuda:1" if torch.cuda.device_count() > 1 else "cuda:0"
 
 
+def enter_role(device: str, role: str, mode) -> str:
+    """Place this role's process: its device, deterministic CUDA options (per process: spawned roles
+    do not inherit the supervisor's torch settings) or its share of the CPU cores. Returns the device."""
+    device = role_device(device, role, mode)
+    if device.startswith("cuda"):
+        configure_cuda()
+    else:
+        torch.set_num_threads(mode.trainer_devices if role == "trainer" else mode.generator_devices)
+    return device
+
+
 def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: str, stop_at_step: int | None) -> None:
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
-    device = role_device(device, "trainer", mode)
-    if device.startswith("cuda"):
-        configure_cuda()  # per process: the spawned roles do not inherit the supervisor's torch settings
-    if device == "cpu":
-        torch.set_num_threads(mode.trainer_devices)
+    device = enter_role(device, "trainer", mode)
     run = Run(cfg, Path(run_dir), device, devices=mode.generator_devices + mode.trainer_devices)
     k, P = mode.k, cfg.rollout.prompts_per_batch
     channels.handoff.put(channels.weights.create(run.model))
@@ -293,11 +300,7 @@ def finish(run: Run, channels: Channels) -> None:
 
 def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
-    device = role_device(device, "generator", mode)
-    if device.startswith("cuda"):
-        configure_cuda()  # per process: the spawned roles do not inherit the supervisor's torch settings
-    if device == "cpu":
-        torch.set_num_threads(mode.generator_devices)
+    device = enter_role(device, "generator", mode)
     channels.groups.cancel_join_thread()  # groups left unread at the end must not block this process's exit
     model, tokenizer = load_model_dir(model_directory(cfg), cfg.model.dtype, device)
     model.eval()

@@ -54,20 +54,15 @@ def _param_text(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _best(records, maximize: bool):
-    complete = [r for r in records if r.state == "complete" and r.value is not None]
-    return (max if maximize else min)(complete, key=lambda r: r.value) if complete else None
-
-
 def _title_page(info: dict, records, tune_dir: Path):
+    from sweeps.tune import best_record, compute_summary
+
     identity = info["identity"]
     budget, objective = identity["budget"], identity["objective"]
     maximize = objective["direction"] == "maximize"
-    best = _best(records, maximize)
+    best = best_record(records, maximize)
     counts = {state: sum(r.state == state for r in records) for state in ("complete", "pruned", "failed", "running")}
-    pruned = [r for r in records if r.state == "pruned"]
-    spent = sum(r.compute for r in records if not r.note)
-    saved = sum(max(0.0, budget["fit_at"] - r.compute) for r in pruned)
+    spent, saved_by_trial = compute_summary(records, budget["fit_at"])
     unit = figures.UNIT_LABELS.get(budget["unit"], budget["unit"])
     space = [f"    {path:<32} " + (f"choices {entry['choices']}" if entry["type"] == "categorical" else
                                    f"{entry['type']} [{entry['low']:g}, {entry['high']:g}]"
@@ -92,8 +87,8 @@ def _title_page(info: dict, records, tune_dir: Path):
         f"Pruner         {info['pruner']}",
         "",
         f"Trials         {len(records)} of {info['trials']}: " + ", ".join(f"{n} {s}" for s, n in counts.items()),
-        f"Compute        spent {spent:,.0f} {unit}; pruning stopped {len(pruned)} trial(s) early, "
-        f"saving {saved:,.0f} {unit}",
+        f"Compute        spent {spent:,.0f} {unit}; pruning stopped {len(saved_by_trial)} trial(s) early, "
+        f"saving {sum(saved_by_trial.values()):,.0f} {unit}",
     ]
     if best is not None:
         lines += ["", f"Best           trial {best.number}: {metric} = {best.value:.4f} "
@@ -136,9 +131,11 @@ def _table_pages(records, metric: str) -> list:
 
 def _objective_figure(info: dict, records):
     """Objective vs each parameter: complete trials with their intervals, pruned ones at the estimate that lost."""
+    from sweeps.tune import best_record
+
     identity = info["identity"]
     space, metric = identity["space"], identity["objective"]["metric"]
-    best = _best(records, identity["objective"]["direction"] == "maximize")
+    best = best_record(records, identity["objective"]["direction"] == "maximize")
     n = len(space)
     columns = min(n, 3)
     rows = math.ceil(n / columns)
@@ -182,8 +179,8 @@ def _objective_figure(info: dict, records):
 
 def _curves_figure(info: dict, records, tune_dir: Path):
     """Every trial's evaluations and sigmoid fit to the target; pruned trials end with an x where they stopped."""
-    from fitting import FitInputError, fit_sigmoid
-    from sweeps.tune import curve_points
+    from fitting import FitInputError
+    from sweeps.tune import curve_points, fit_trial_curve
 
     budget = info["identity"]["budget"]
     with plt.rc_context(figures.STYLE):
@@ -195,8 +192,8 @@ def _curves_figure(info: dict, records, tune_dir: Path):
             if r.run_id in seen:
                 continue
             seen.add(r.run_id)
-            steps, compute, pass_rate = curve_points(tune_dir / "runs" / r.run_id, budget["unit"])
-            points = [(c, p) for c, p in zip(compute, pass_rate) if c > 0]
+            curve = curve_points(tune_dir / "runs" / r.run_id, budget["unit"])
+            points = [(c, p) for c, p in zip(curve[1], curve[2]) if c > 0]
             if not points:
                 continue
             colour = "0.55" if r.state == "pruned" else palette[index % len(palette)]
@@ -204,8 +201,7 @@ def _curves_figure(info: dict, records, tune_dir: Path):
             label = f"trial {r.number} ({r.state}" + (f", {r.value:.3f})" if r.value is not None else ")")
             ax.scatter(xs, ys, s=12, color=colour, alpha=0.8, linewidths=0)
             try:
-                r0 = {"r0": pass_rate[0]} if steps[0] == 0 else {"fit_r0": True}
-                fit = fit_sigmoid(compute, pass_rate, burn_in=budget["burn_in"], c_mid_bounds=None, **r0)
+                fit = fit_trial_curve(curve, budget["burn_in"])
                 grid = np.geomspace(xs[0], xs[-1], 80)
                 ahead = np.geomspace(xs[-1], budget["target"], 80)
                 ax.plot(grid, fit.predict(grid), color=colour, lw=1.6, label=label)

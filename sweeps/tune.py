@@ -75,11 +75,6 @@ def record_path(tune_dir: Path, number: int) -> Path:
     return tune_dir / "trials" / f"{number}.json"
 
 
-def read_record(tune_dir: Path, number: int) -> TrialRecord | None:
-    path = record_path(tune_dir, number)
-    return TrialRecord(**json.loads(path.read_text())) if path.exists() else None
-
-
 def write_record(tune_dir: Path, record: TrialRecord) -> None:
     write_json_atomic(record_path(tune_dir, record.number), dataclasses.asdict(record))
 
@@ -113,20 +108,32 @@ def interval_settings(pruner: Pruner) -> tuple[float, int]:
     return getattr(pruner, "level", DEFAULT_LEVEL), getattr(pruner, "n_boot", DEFAULT_N_BOOT)
 
 
-def estimate_objective(spec: TuneSpec, run_dir: Path, level: float, n_boot: int) -> CurveEstimate:
-    """The objective the trial's curve so far predicts, with its `level` bootstrap interval.
+def fit_trial_curve(points: tuple[list[int], list[float], list[float]], burn_in: float):
+    """R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted on a trial's evaluations with C >= burn_in.
 
-    R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted on the evaluations with C >= burn_in (R0 = the
-    step-0 evaluation); pred_at_target = R(target) with the interval of the bootstrap's predictions,
-    A and B with theirs. Raises fitting.FitInputError when the curve cannot be fitted yet.
+    R0 is the step-0 evaluation (fitted when the curve has none). Raises fitting.FitInputError when
+    the curve cannot be fitted yet.
     """
-    from fitting import FitInputError, bootstrap_fit, fit_sigmoid
+    from fitting import FitInputError, fit_sigmoid
 
-    steps, compute, pass_rate = curve_points(run_dir, spec.budget.unit)
+    steps, compute, pass_rate = points
     if not steps:
         raise FitInputError("no evaluation yet")
     r0 = {"r0": pass_rate[0]} if steps[0] == 0 else {"fit_r0": True}
-    fit = fit_sigmoid(compute, pass_rate, burn_in=spec.budget.burn_in, c_mid_bounds=None, **r0)
+    return fit_sigmoid(compute, pass_rate, burn_in=burn_in, c_mid_bounds=None, **r0)
+
+
+def estimate_objective(spec: TuneSpec, points: tuple[list[int], list[float], list[float]], level: float,
+                       n_boot: int) -> CurveEstimate:
+    """The objective a trial's curve (`curve_points`) predicts, with its `level` bootstrap interval.
+
+    pred_at_target = R(target) of the fit_trial_curve fit with the interval of the bootstrap's
+    predictions, A and B with theirs. Raises fitting.FitInputError when the curve cannot be fitted yet.
+    """
+    from fitting import bootstrap_fit
+
+    fit = fit_trial_curve(points, spec.budget.burn_in)
+    compute = points[1]
     boot = bootstrap_fit(fit, n_boot=n_boot, target=spec.budget.target, level=level, seed=0)
     metric = spec.objective.metric
     if metric == "pred_at_target":
@@ -147,6 +154,16 @@ def best_record(records: list[TrialRecord], maximize: bool) -> TrialRecord | Non
 
 def as_estimate(record: TrialRecord) -> CurveEstimate:
     return CurveEstimate(record.value, record.lower, record.upper, record.compute)
+
+
+def compute_summary(records: list[TrialRecord], fit_at: float) -> tuple[float, dict[int, float]]:
+    """(compute the study spent, {pruned trial: compute its pruning saved, fit_at - where it stopped}).
+
+    A trial that shared another's run (same parameters) spent nothing of its own.
+    """
+    spent = sum(record.compute for record in records if not record.note)
+    saved = {record.number: max(0.0, fit_at - record.compute) for record in records if record.state == PRUNED}
+    return spent, saved
 
 
 def storage_url(spec: TuneSpec, tune_dir: Path) -> str:
@@ -234,7 +251,8 @@ class ActiveRun:
     job: Job
     numbers: list[int]
     handle: Any = None  # None: started by an earlier driver and still holding its lock (watched)
-    points_seen: int = 0
+    points: tuple = ([], [], [])  # (steps, compute, pass rates) as last read, once per poll
+    points_fitted: int = 0  # evaluations the last estimate saw: refit only when new ones arrive
     estimate: Optional[CurveEstimate] = None
 
 
@@ -332,7 +350,8 @@ class TuneDriver:
 
         job = run.job
         self.tracker.mirror(job)
-        steps, compute, pass_rate = curve_points(job.run_dir, self.spec.budget.unit)
+        points = curve_points(job.run_dir, self.spec.budget.unit)
+        _, compute, pass_rate = points
         last = {"compute": compute[-1] if compute else 0.0, "pass_rate": pass_rate[-1] if pass_rate else None}
         pruned_path = job.run_dir / PRUNED_FILE
         outcome: dict[str, Any]
@@ -340,7 +359,7 @@ class TuneDriver:
             outcome = {"state": PRUNED, "pruned": json.loads(pruned_path.read_text())}
         elif is_done(job.run_dir):
             try:
-                estimate = estimate_objective(self.spec, job.run_dir, self.level, self.n_boot)
+                estimate = estimate_objective(self.spec, points, self.level, self.n_boot)
                 outcome = {"state": COMPLETE, "value": estimate.value, "lower": estimate.lower, "upper": estimate.upper}
             except FitInputError as error:
                 outcome = {"state": FAILED, "error": f"curve not fitted: {error}"}
@@ -382,15 +401,15 @@ class TuneDriver:
         if (run.job.run_dir / PRUNED_FILE).exists():
             self.cancel(run)  # decided by an earlier driver that died before stopping the job
             return
-        steps, compute, _ = curve_points(run.job.run_dir, self.spec.budget.unit)
-        if len(steps) == run.points_seen or not compute:
+        steps, compute, _ = run.points
+        if len(steps) == run.points_fitted or not compute:
             return
-        run.points_seen = len(steps)
+        run.points_fitted = len(steps)
         fit_at = self.spec.budget.fit_at
         if not self.pruner.min_compute_frac * fit_at <= compute[-1] < fit_at:
             return  # too early to judge, or already complete (the job is writing done.json)
         try:
-            run.estimate = estimate_objective(self.spec, run.job.run_dir, self.level, self.n_boot)
+            run.estimate = estimate_objective(self.spec, run.points, self.level, self.n_boot)
         except FitInputError:
             return  # too few points in the window yet
         best = best_record(list(self.records.values()), self.spec.maximize)
@@ -448,6 +467,7 @@ class TuneDriver:
                         self.settle(run)
                         polled = True
                     else:
+                        run.points = curve_points(run.job.run_dir, spec.budget.unit)
                         self.consider_pruning(run)
                 while len(self.active) < spec.parallelism and self.started_trials() < spec.trials:
                     self.ask()
@@ -476,7 +496,7 @@ class TuneDriver:
             compute, pass_rate, estimate = record.compute, record.pass_rate, None
             if number in running:
                 run = running[number]
-                _, points, rates = curve_points(run.job.run_dir, unit)
+                _, points, rates = run.points
                 compute, pass_rate = (points[-1], rates[-1]) if points else (0.0, None)
                 estimate = run.estimate
             elif record.value is not None:
@@ -503,9 +523,7 @@ class TuneDriver:
         best = best_record(records, self.spec.maximize)
         csv_path = write_trials_csv(self.tune_dir, records)
         pdf_path = write_study_report(self.tune_dir)
-        saved = {record.number: max(0.0, self.spec.budget.fit_at - record.compute) for record in records
-                 if record.state == PRUNED}
-        spent = sum(record.compute for record in records if not record.note)
+        spent, saved = compute_summary(records, self.spec.budget.fit_at)
         summary = {"tune/trials_complete": sum(r.state == COMPLETE for r in records),
                    "tune/trials_pruned": len(saved), "tune/trials_failed": sum(r.state == FAILED for r in records),
                    "tune/compute_spent": spent}
