@@ -7,6 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from components import REGISTRIES
 from recipe.generator import generate
@@ -36,18 +37,51 @@ def step_once(model, batch, precision, micro_batch_size, loss="cispo", aggregati
                       staleness_bound=staleness_bound)
 
 
+def step_recording_gradients(model, batch, precision, micro_batch_size):
+    """One train_step; returns (metrics, the clipped gradients AdamW received, parameter updates)."""
+    before = [p.detach().clone() for p in model.parameters()]
+    gradients = []
+
+    def record(optimizer, args, kwargs):  # torch's global optimizer pre-step hook
+        gradients.extend(p.grad.detach().clone() for group in optimizer.param_groups for p in group["params"])
+
+    hook = register_optimizer_step_pre_hook(record)
+    try:
+        metrics = step_once(model, batch, precision, micro_batch_size)
+    finally:
+        hook.remove()
+    updates = [p.detach() - b for p, b in zip(model.parameters(), before)]
+    return metrics, gradients, updates
+
+
 def test_micro_batching_gives_the_same_update(tiny_model_dir):
+    """Splitting a minibatch into micro-batches leaves the gradient (and so the update) unchanged.
+
+    Compared where it is meaningful on every CPU: the gradients AdamW receives, to float round-off,
+    and the update on parameters whose gradient is clearly non-zero. AdamW's first step is
+    lr * g / (|g| + eps) ~ lr * sign(g) (eps 1e-15 here as in the paper), so a gradient that is ~0
+    up to round-off (1e-12) moves its parameter by a full +-lr whose sign the summation order of a
+    micro-batch decides; comparing those entries would test the CPU's float order, not the trainer.
+    """
     model, tokenizer = load_model_dir(tiny_model_dir)
     batch, precision = make_batch(model, tokenizer)
     whole, split = copy.deepcopy(model), copy.deepcopy(model)
-    metrics_whole = step_once(whole, batch, precision, micro_batch_size=0)
-    metrics_split = step_once(split, batch, precision, micro_batch_size=5)  # 12 rows -> 5, 5, 2
-    for a, b in zip(whole.parameters(), split.parameters()):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    metrics_whole, grads_whole, updates_whole = step_recording_gradients(whole, batch, precision, micro_batch_size=0)
+    metrics_split, grads_split, updates_split = step_recording_gradients(split, batch, precision,
+                                                                         micro_batch_size=5)  # 12 rows -> 5, 5, 2
+    scale = max(float(g.abs().max()) for g in grads_whole)
+    assert scale > 0 and metrics_whole["train/grad_norm"] > 0
+    for g_whole, g_split in zip(grads_whole, grads_split):
+        torch.testing.assert_close(g_split, g_whole, atol=1e-6 * scale, rtol=1e-4)
+    clear = 1e-4 * scale  # far above round-off, far below the typical gradient
+    compared = 0
+    for g, u_whole, u_split in zip(grads_whole, updates_whole, updates_split):
+        rows = g.abs() > clear
+        compared += int(rows.sum())
+        torch.testing.assert_close(u_split[rows], u_whole[rows], atol=1e-6, rtol=1e-4)
+    assert compared > 0.5 * sum(g.numel() for g in grads_whole)  # the check covers most parameters
     assert abs(metrics_whole["train/loss"] - metrics_split["train/loss"]) < 1e-6
-    assert metrics_whole["train/grad_norm"] > 0
-    changed = [not torch.equal(a, b) for a, b in zip(model.parameters(), whole.parameters())]
-    assert all(changed)
+    assert all(not torch.equal(a, b) for a, b in zip(model.parameters(), whole.parameters()))
 
 
 def test_step_metrics_and_mismatch(tiny_model_dir):
