@@ -2,7 +2,9 @@
 
 Deciding which runs to make (the planner) is separate from launching them. A launcher submits
 picklable callables and reports on them; it never decides what to run next. Logs of job N land in
-<sweep_dir>/logs/ as submitit writes them (stdout and stderr per job).
+<sweep_dir>/logs/ as submitit writes them (N_0_log.out, N_0_log.err). The folder is given without
+submitit's "%j" placeholder: its local job controller creates the folder unexpanded, which left an
+empty `logs/%j/` in every sweep.
 """
 
 from __future__ import annotations
@@ -49,17 +51,17 @@ class Launcher:
         log_dir.mkdir(parents=True, exist_ok=True)
         # A job runs until its compute target; a generous wall-clock limit only guards against hangs.
         if self.name == "local":
-            self.executor = submitit.LocalExecutor(folder=str(log_dir / "%j"))
+            self.executor = submitit.LocalExecutor(folder=str(log_dir))
             self.executor.update_parameters(timeout_min=24 * 60)
             self.parallelism = spec.executor.local.max_parallel
             self.threads = spec.executor.local.cores_per_job
         elif self.name == "debug":
-            self.executor = submitit.DebugExecutor(folder=str(log_dir / "%j"))
+            self.executor = submitit.DebugExecutor(folder=str(log_dir))
             self.parallelism = 1
             self.threads = os.cpu_count() or 1
         else:
             slurm = spec.executor.slurm
-            self.executor = submitit.AutoExecutor(folder=str(log_dir / "%j"), cluster="slurm",
+            self.executor = submitit.AutoExecutor(folder=str(log_dir), cluster="slurm",
                                                   slurm_max_num_timeout=slurm.max_requeues)
             parameters: dict[str, Any] = {
                 "timeout_min": slurm.time_minutes,

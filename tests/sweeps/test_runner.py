@@ -95,6 +95,9 @@ def test_crashing_job_is_reported_with_its_log_and_retried_by_the_next_run(tmp_p
     spec.write_text(spec.read_text().replace("faults: {loss=dapo: 3}\n", ""))
     assert main(["run", str(spec)]) == 0
     assert_complete_curves(tmp_path / "out", 2)
+    # submitit's unexpanded "%j" folder placeholder once left an empty logs/%j/ in every sweep.
+    assert not [path for path in (tmp_path / "out").rglob("*") if "%" in path.name]
+    assert list((tmp_path / "out" / "logs").glob("*.err")), "each job's stderr log lives in logs/"
 
 
 def start_driver_until(spec: Path, out: Path, ready) -> subprocess.Popen:
