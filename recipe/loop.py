@@ -31,7 +31,7 @@ from recipe.evaluation import evaluate, score
 from recipe.generator import Rollout, generate
 from recipe.model import load_model_dir
 from recipe.tasks import build_task
-from recipe.tracking import Tracker
+from recipe.tracking import Tracker, write_phase
 from recipe.trainer import TrainBatch, build_optimizer, train_step
 from recipe.warm_start import warm_start_dir
 
@@ -52,10 +52,17 @@ def build_components(cfg: RecipeConfig) -> Components:
     return Components(**{axis: REGISTRIES[axis].build(getattr(cfg, axis)) for axis in REGISTRIES})
 
 
-def model_directory(cfg: RecipeConfig, log_every: int = 0) -> Path:
-    """The HF directory the run starts from: the cached warm start for "embedded", else model.path."""
+def model_directory(cfg: RecipeConfig, log_every: int = 0, run_dir: Path | None = None) -> Path:
+    """The HF directory the run starts from: the cached warm start for "embedded", else model.path.
+
+    With run_dir, a warm start being built (by this job or another) shows as the run's phase.
+    """
     if cfg.model.path == "embedded":
-        return warm_start_dir(cfg.model, cfg.warm_start, cfg.task, log_every=log_every)
+        on_progress = None if run_dir is None else lambda done, total: write_phase(run_dir, "warm start", done, total)
+        path = warm_start_dir(cfg.model, cfg.warm_start, cfg.task, log_every=log_every, on_progress=on_progress)
+        if run_dir is not None:
+            write_phase(run_dir, None)
+        return path
     return Path(cfg.model.path)
 
 
@@ -219,7 +226,8 @@ class Run:
     def __init__(self, cfg: RecipeConfig, run_dir: Path, device: str, devices: int) -> None:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         prepare_run_dir(cfg, self.run_dir)
-        self.model, self.tokenizer = load_model_dir(model_directory(cfg, log_every=100), cfg.model.dtype, device)
+        self.model, self.tokenizer = load_model_dir(model_directory(cfg, log_every=100, run_dir=self.run_dir),
+                                                 cfg.model.dtype, device)
         self.model.eval()
         self.task = build_task(cfg.task, self.tokenizer)
         self.c = build_components(cfg)

@@ -391,7 +391,7 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
     run_dir = Path(run_dir)
     prepare_run_dir(cfg, run_dir)
     role_device(device, "trainer", REGISTRIES["off_policy"].build(cfg.off_policy))  # a bad split fails here
-    model_directory(cfg, log_every=100)  # build the warm start once, before two processes want it
+    model_directory(cfg, log_every=100, run_dir=run_dir)  # build the warm start once, before two processes want it
     ctx = torch.multiprocessing.get_context("spawn")
     channels = Channels(weights=SharedMemoryWeights(ctx), orders=ctx.Queue(), groups=ctx.Queue(), handoff=ctx.Queue(),
                         events=ctx.Queue(), acks=ctx.Queue(), pause=ctx.Event(), stop=ctx.Event(),

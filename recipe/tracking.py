@@ -19,6 +19,33 @@ from recipe.config import flatten_config
 
 METRICS_NAME = "metrics.jsonl"
 MLFLOW_RUN_NAME = "mlflow_run_id"
+# What a job is doing before its first evaluation point (e.g. building the warm start), for `sweep status`.
+PHASE_NAME = "phase.json"
+
+
+def write_json_atomic(path: Path, data) -> None:
+    """Write JSON so that a reader never sees half a file (write a hidden sibling, then rename over)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, path)
+
+
+def write_phase(run_dir: Path, phase: str | None, done: int | None = None, total: int | None = None) -> None:
+    """Record the run's current phase with its progress (done of total); None clears it."""
+    path = Path(run_dir) / PHASE_NAME
+    if phase is None:
+        path.unlink(missing_ok=True)
+    else:
+        write_json_atomic(path, {"phase": phase, "done": done, "total": total, "time": time.time()})
+
+
+def read_phase(run_dir: Path) -> dict | None:
+    """The phase a run last recorded ({"phase", "done", "total", "time"}), or None."""
+    try:
+        return json.loads((Path(run_dir) / PHASE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

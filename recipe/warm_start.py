@@ -13,6 +13,7 @@ everything that determines it, built once under a file lock and shared by every 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fcntl
 import hashlib
@@ -24,15 +25,19 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from components.length_control import INTERRUPTION_PHRASE
 from recipe.run_config import ModelConfig, TaskConfig, WarmStartConfig
 from recipe.tasks import THINK_CLOSE, sample_operands, addition_prompt, solution
+from recipe.tracking import write_json_atomic
 
 # Bump when the warm-start procedure changes, so stale caches are not reused.
 WARM_START_VERSION = 1
+# How often a job waiting for another job's warm-start build reads its progress.
+WAIT_POLL_SECONDS = 1.0
 
 
 def cache_root(cfg: WarmStartConfig) -> Path:
@@ -77,8 +82,11 @@ def encode_batch(tokenizer, examples: list[tuple[str, str]]):
 
 
 def train_warm_start(model, tokenizer, cfg: WarmStartConfig, task_cfg: TaskConfig, log_every: int = 0,
-                     on_log=None) -> list[float]:
-    """Supervised next-token training on teacher targets; lr: 5% linear warmup, cosine to 10%."""
+                     on_log=None, on_progress: Callable[[int, int], None] | None = None) -> list[float]:
+    """Supervised next-token training on teacher targets; lr: 5% linear warmup, cosine to 10%.
+
+    on_progress(steps done, steps in all) is called about every 1% of the steps.
+    """
     rng = random.Random(cfg.seed)
     torch.manual_seed(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
@@ -93,6 +101,7 @@ def train_warm_start(model, tokenizer, cfg: WarmStartConfig, task_cfg: TaskConfi
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     model.train()
     losses = []
+    progress_every = max(1, cfg.steps // 100)
     for step in range(cfg.steps):
         input_ids, attention_mask, labels = encode_batch(
             tokenizer, [teacher_example(rng, cfg, task_cfg) for _ in range(cfg.batch_size)])
@@ -104,6 +113,8 @@ def train_warm_start(model, tokenizer, cfg: WarmStartConfig, task_cfg: TaskConfi
         optimizer.step()
         schedule.step()
         losses.append(float(loss.detach()))
+        if on_progress is not None and ((step + 1) % progress_every == 0 or step + 1 == cfg.steps):
+            on_progress(step + 1, cfg.steps)
         if log_every and (step + 1) % log_every == 0:
             print(f"warm start step {step + 1}/{cfg.steps} loss {sum(losses[-log_every:]) / log_every:.4f}",
                   file=sys.stderr, flush=True)
@@ -116,14 +127,14 @@ def train_warm_start(model, tokenizer, cfg: WarmStartConfig, task_cfg: TaskConfi
 
 
 def build_warm_start(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: TaskConfig, path: Path,
-                     log_every: int = 0) -> None:
+                     log_every: int = 0, on_progress: Callable[[int, int], None] | None = None) -> None:
     from recipe.model import build_embedded_model, build_tokenizer, save_model_dir
 
     path = Path(path)
     started = time.perf_counter()
     tokenizer = build_tokenizer()
     model = build_embedded_model(model_cfg, tokenizer, seed=warm_cfg.seed)
-    losses = train_warm_start(model, tokenizer, warm_cfg, task_cfg, log_every=log_every)
+    losses = train_warm_start(model, tokenizer, warm_cfg, task_cfg, log_every=log_every, on_progress=on_progress)
     save_model_dir(model, tokenizer, path)
     info = {"seconds": time.perf_counter() - started, "final_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
             "steps": warm_cfg.steps, "threads": torch.get_num_threads()}
@@ -131,19 +142,47 @@ def build_warm_start(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg
 
 
 def warm_start_dir(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: TaskConfig,
-                   log_every: int = 0) -> Path:
-    """The cached warm-start model directory, built first if missing (once across concurrent jobs)."""
+                   log_every: int = 0, on_progress: Callable[[int, int], None] | None = None) -> Path:
+    """The cached warm-start model directory, built first if missing (once across concurrent jobs).
+
+    on_progress(steps done, steps in all) reports the build, also to jobs that wait for another
+    job's build: the builder writes its progress beside the lock, the waiters poll it.
+    """
     root = cache_root(warm_cfg) / "warm_start"
     root.mkdir(parents=True, exist_ok=True)
     path = root / warm_start_key(model_cfg, warm_cfg, task_cfg)
     if (path / "warm_start.json").is_file():
         return path
+    progress_file = root / f"{path.name}.progress.json"
+
+    def report(done: int, total: int) -> None:
+        write_json_atomic(progress_file, {"done": done, "total": total})
+        if on_progress is not None:
+            on_progress(done, total)
+
     with open(root / f"{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # other jobs of the sweep wait here, then find it built
+        # Other jobs of the sweep wait here (reporting the builder's progress), then find it built.
+        while not try_lock(lock):
+            if on_progress is not None and progress_file.is_file():
+                with contextlib.suppress(ValueError, OSError, KeyError):
+                    state = json.loads(progress_file.read_text())
+                    on_progress(int(state["done"]), int(state["total"]))
+            time.sleep(WAIT_POLL_SECONDS)
         if not (path / "warm_start.json").is_file():
             staging = root / f"{path.name}.building-{os.getpid()}"
             shutil.rmtree(staging, ignore_errors=True)
-            build_warm_start(model_cfg, warm_cfg, task_cfg, staging, log_every=log_every)
+            report(0, warm_cfg.steps)
+            build_warm_start(model_cfg, warm_cfg, task_cfg, staging, log_every=log_every, on_progress=report)
             shutil.rmtree(path, ignore_errors=True)
             os.replace(staging, path)
+            progress_file.unlink(missing_ok=True)
     return path
+
+
+def try_lock(handle) -> bool:
+    """Take an exclusive lock on an open file without blocking; False if another process holds it."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

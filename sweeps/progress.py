@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from recipe.compute import COMPUTE_AXES
+from recipe.tracking import read_phase
 from sweeps.planner import Job
 from sweeps.spec import SweepSpec
 from sweeps.state import DONE, FAILED, PENDING, RUNNING, is_done, is_locked, read_state
@@ -36,6 +37,7 @@ class JobProgress:
     error: str | None = None
     log_path: str | None = None
     launcher_id: str | None = None  # local: the submitit controller's pid; slurm: the job id
+    phase: dict | None = None  # before the first evaluation: what the job is doing (e.g. building the warm start)
 
 
 def last_eval(run_dir: Path, unit: str) -> tuple[float, float | None, float | None, float | None]:
@@ -76,7 +78,8 @@ def job_progress(spec: SweepSpec, sweep_dir: Path, job: Job) -> JobProgress:
     else:
         status = PENDING  # never started, or stopped mid-way (resumes from its checkpoint)
     progress = JobProgress(job, status, state.attempts, compute, pass_rate, error=state.last_error,
-                           log_path=state.log_path, launcher_id=state.launcher_id)
+                           log_path=state.log_path, launcher_id=state.launcher_id,
+                           phase=read_phase(job.run_dir) if status == RUNNING else None)
     target = spec.budget.target
     if status == RUNNING and first_time and last_time and 0 < compute < target:
         progress.eta_seconds = (last_time - first_time) * (target - compute) / compute
@@ -90,6 +93,19 @@ def format_duration(seconds: float | None) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 
+def format_state(row: JobProgress) -> str:
+    """"done", "failed x2", "running", or the phase of a running job: "running: warm start 300/1000 (30%)"."""
+    if row.status == FAILED:
+        return f"failed x{row.attempts}"
+    phase = row.phase
+    if row.status != RUNNING or not phase:
+        return row.status
+    done, total = phase.get("done"), phase.get("total")
+    if done is None or not total:
+        return f"running: {phase['phase']}"
+    return f"running: {phase['phase']} {done:,}/{total:,} ({done / total:.0%})"
+
+
 def format_progress(spec: SweepSpec, rows: list[JobProgress], started: float | None = None) -> str:
     """The table `sweep run` redraws and `sweep status` prints."""
     target, unit = spec.budget.target, spec.budget.unit
@@ -97,8 +113,7 @@ def format_progress(spec: SweepSpec, rows: list[JobProgress], started: float | N
     lines = []
     for row in rows:
         fraction = min(row.compute / target, 1.0) if target else 0.0
-        state = row.status if row.status != FAILED else f"failed x{row.attempts}"
-        lines.append((row.job.run_id, row.job.variant, str(row.job.seed), state,
+        lines.append((row.job.run_id, row.job.variant, str(row.job.seed), format_state(row),
                       f"{row.compute:,.0f} / {target:,.0f} ({fraction:4.0%})",
                       "-" if row.pass_rate is None else f"{row.pass_rate:.3f}", format_duration(row.eta_seconds)))
     widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]

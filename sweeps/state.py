@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from recipe.tracking import write_json_atomic
+
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 DONE_FILE = "done.json"
 LOCK_FILE = ".lock"
@@ -35,13 +37,6 @@ class JobState:
     log_path: Optional[str] = None
     launcher_id: Optional[str] = None
     updated_at: float = 0.0
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(temporary, path)
 
 
 def state_path(sweep_dir: Path, run_id: str) -> Path:

@@ -45,3 +45,60 @@ def test_cache_is_built_once_and_keyed_by_config(tmp_path, monkeypatch):
     monkeypatch.setenv("SCALERL_CACHE", str(tmp_path / "env"))
     from_env = warm_start_dir(SMALL_MODEL, dataclasses.replace(cfg, cache_dir=None), TASK)
     assert from_env.parent.parent == tmp_path / "env"
+
+
+def test_build_reports_progress_and_a_waiting_job_sees_the_builders_progress(tmp_path):
+    import fcntl
+    import json
+    import threading
+    import time
+
+    cfg = WarmStartConfig(steps=4, batch_size=4, cache_dir=str(tmp_path))
+    built = []
+    warm_start_dir(SMALL_MODEL, cfg, TASK, on_progress=lambda done, total: built.append((done, total)))
+    assert built[0] == (0, 4) and built[-1] == (4, 4) and built == sorted(built)
+
+    # Another job holds the build lock: the waiter reports what the builder wrote, then builds itself
+    # once the lock is free (the "builder" here never finished).
+    cfg = WarmStartConfig(steps=3, batch_size=4, seed=1, cache_dir=str(tmp_path))
+    root = tmp_path / "warm_start"
+    key = warm_start_key(SMALL_MODEL, cfg, TASK)
+    (root / f"{key}.progress.json").write_text(json.dumps({"done": 120, "total": 1000}))
+    seen = []
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=warm_start_dir, args=(SMALL_MODEL, cfg, TASK),
+                                  kwargs={"on_progress": lambda done, total: seen.append((done, total))})
+        waiter.start()
+        deadline = time.time() + 30
+        while (120, 1000) not in seen and time.time() < deadline:
+            time.sleep(0.05)
+    waiter.join(timeout=60)
+    assert seen[0] == (120, 1000) and seen[-1] == (3, 3)
+    assert (root / key / "warm_start.json").is_file() and not (root / f"{key}.progress.json").exists()
+
+
+def test_a_run_shows_the_warm_start_as_its_phase_while_it_builds(tmp_path, monkeypatch):
+    from recipe.config import load_recipe
+    from recipe.loop import model_directory
+    from recipe.tracking import read_phase
+
+    monkeypatch.setenv("SCALERL_CACHE", str(tmp_path / "cache"))
+    cfg = load_recipe(None, ["model.hidden_size=16", "model.intermediate_size=32", "model.num_layers=1",
+                             "model.num_heads=2", "warm_start.steps=2", "warm_start.batch_size=4"])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    phases = []
+    import recipe.loop
+
+    original = recipe.loop.write_phase
+
+    def spy(path, phase, done=None, total=None):  # the real writer; the test reads back each state
+        original(path, phase, done, total)
+        phases.append(read_phase(path))
+
+    monkeypatch.setattr(recipe.loop, "write_phase", spy)
+    model_directory(cfg, run_dir=run_dir)
+    progress = [(p["phase"], p["done"], p["total"]) for p in phases if p is not None]
+    assert progress[0] == ("warm start", 0, 2) and progress[-1] == ("warm start", 2, 2)
+    assert phases[-1] is None and read_phase(run_dir) is None  # cleared once the model is ready
