@@ -6,6 +6,9 @@ checked strictly before the next: unknown keys, unknown component names, wrong t
 path, the bad value and what was expected. An axis (loss, aggregation, ...) merges by name: a layer
 that names a different component replaces the spec with that component's defaults, a layer that only
 sets parameters (`loss: {eps_max: 5}` or `loss.eps_max=5`) tunes the current one.
+
+Nothing is interpolated: a `${...}` value (OmegaConf's `${oc.env:HOME}`, `${other.key}`) in a recipe,
+a spec or an override is refused with its key path, never resolved, so what a file says is what runs.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def check_section(data: Any, schema: type, path: str, checked: Collection[str] =
     prefix = f"{path}." if path else ""
     for key in data:
         if key not in fields:
-            raise ConfigError(f"{prefix}{key}: unknown key; valid keys here: {', '.join(fields)}")
+            raise ConfigError(f"{prefix}{short_key(key)}: unknown key; valid keys here: {', '.join(fields)}")
     hints = typing.get_type_hints(schema)
     for name, field in fields.items():
         if name not in data:
@@ -162,40 +165,112 @@ def check_ranges(data: Mapping[str, Any]) -> None:
                           f"({flat['task.min_digits']!r})")
 
 
+INTERPOLATION_FIX = "interpolation is not supported; write the value literally"
+
+
+def check_no_interpolation(data: Any, source: str, path: str = "") -> None:
+    """Refuse an OmegaConf interpolation (`${...}`) anywhere in a plain layer, naming its key path.
+
+    Specs, recipes and overrides are read without resolving anything, and a value that still says
+    `${oc.env:HOME}` is refused rather than resolved later: configs state every value literally, so
+    the resolved config.yaml and the run id mean the same thing on every machine.
+    """
+    if isinstance(data, Mapping):
+        for key, value in data.items():
+            check_no_interpolation(value, source, f"{path}.{key}" if path else str(key))
+    elif isinstance(data, (list, tuple)):
+        for index, value in enumerate(data):
+            check_no_interpolation(value, source, f"{path}[{index}]")
+    elif isinstance(data, str) and "${" in data:
+        raise ConfigError(f"{source}: {path or 'value'}: got {data!r}; {INTERPOLATION_FIX}")
+
+
 def to_plain(layer: Any, source: str) -> dict[str, Any]:
-    """An OmegaConf/YAML layer -> a plain dict with interpolations resolved."""
+    """An OmegaConf/YAML layer -> a plain dict, unresolved; an interpolation is a ConfigError."""
     if layer is None:
         return {}
-    container = OmegaConf.to_container(layer, resolve=True) if OmegaConf.is_config(layer) else layer
+    container = OmegaConf.to_container(layer, resolve=False) if OmegaConf.is_config(layer) else layer
     if not isinstance(container, dict):
-        raise ConfigError(f"{source}: expected a mapping at the top level, got {describe_value(container)}")
+        raise ConfigError(f"{source}: expected a mapping at the top level, got a {type(container).__name__}")
+    check_no_interpolation(container, source)
     return container
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
+def yaml_error_line(error: Exception) -> str:
+    """A YAML/OmegaConf parse error as one line: the problem and where, or the interpolation refused."""
+    from omegaconf.errors import GrammarParseError
+    from yaml import MarkedYAMLError
+
+    if isinstance(error, GrammarParseError):  # a malformed `${...}`: OmegaConf parses it at load
+        return f"{error.full_key}: holds '${{'; {INTERPOLATION_FIX}"
+    if isinstance(error, MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"not valid YAML: {error.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    if isinstance(error, UnicodeDecodeError):
+        return "not a UTF-8 text file"
+    return "not valid YAML: " + " ".join(str(error).split())
+
+
+def load_yaml_file(path: str | Path, what: str) -> dict[str, Any]:
+    """A YAML file as a plain mapping, nothing resolved; every problem is one ConfigError line naming the file.
+
+    `what` names the expected file ("recipe file", "sweep spec") in the errors. Shared by recipes,
+    sweep specs and tune specs, so all of them refuse interpolation the same way.
+    """
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory; expected a {what} (a YAML file)")
     if not path.is_file():
-        raise ConfigError(f"{path}: no such recipe file")
+        raise ConfigError(f"{path}: no such {what}")
     try:
-        return to_plain(OmegaConf.load(path), str(path))
-    except ConfigError:
-        raise
+        raw = OmegaConf.load(path)
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read the {what}: {error.strerror or error}") from None
     except Exception as error:  # yaml.YAMLError and OmegaConf's own errors: report where and why
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        raise ConfigError(f"{path}: {yaml_error_line(error)}") from None
+    return to_plain(raw, str(path))
+
+
+def short_key(key: Any) -> str:
+    """A key as printed in an error: long or multi-line keys (a file that is not YAML config) cut short."""
+    text = str(key)
+    return text if len(text) <= 40 and text.isprintable() else repr(text[:30]) + "..."
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A recipe YAML as a plain mapping; a file that is not one is refused as a whole.
+
+    Not a recipe: a top-level key that is not a name (another kind of file that happens to parse as
+    YAML, e.g. /etc/passwd), or several keys none of which is a recipe key (a sweep spec, say). One
+    misspelt key is left to check_section, which names it and the valid keys.
+    """
+    data = load_yaml_file(path, "recipe file")
+    fields = [field.name for field in dataclasses.fields(RecipeConfig)]
+    not_names = [key for key in data if not (isinstance(key, str) and key.replace(".", "_").isidentifier())]
+    if not_names or (len(data) >= 2 and not any(key in fields for key in data)):
+        found = ", ".join(short_key(key) for key in list(data)[:5]) + (", ..." if len(data) > 5 else "")
+        raise ConfigError(f"{path}: not a recipe YAML (a mapping of recipe keys: {', '.join(fields)}); "
+                          f"its top-level keys are: {found}")
+    return data
 
 
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
-    """["loss=dapo", "optimizer.lr=3e-4"] -> a nested dict; values parse as YAML scalars."""
+    """["loss=dapo", "optimizer.lr=3e-4"] -> a nested dict; values parse as YAML scalars, never resolved."""
     for override in overrides:
         if "=" not in override or override.startswith("="):
             raise ConfigError(f"override {override!r}: expected key=value, e.g. optimizer.lr=3e-4 or loss=dapo")
+    source = f"override {overrides[0]!r}" if len(overrides) == 1 else f"overrides {list(overrides)}"
     try:
-        return to_plain(OmegaConf.from_dotlist(list(overrides)), "overrides")
+        layer = OmegaConf.from_dotlist(list(overrides))
     except Exception as error:
-        raise ConfigError(f"overrides {list(overrides)}: {error}") from None
+        raise ConfigError(f"{source}: {yaml_error_line(error)}") from None
+    return to_plain(layer, source)
 
 
 def apply_layer(base: Mapping[str, Any], layer: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """Merge one layer over `base` and check the result; a layer from code (a spec's axes, a trial's
+    parameters) is checked for interpolation here, before OmegaConf could resolve it in from_dict."""
+    check_no_interpolation(layer, source)
     try:
         merged = merge_layer(dict(base), layer)
         check_section(merged, RecipeConfig, "", checked=AXES)

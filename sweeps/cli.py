@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 # subcommand -> (module, one-line help)
@@ -27,6 +28,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2, no traceback."""
+
+
+def one_line(message: str) -> str:
+    """An error message on one line: a newline (from a parser, or a quoted value) becomes a space."""
+    return re.sub(r"\s*\n\s*", " ", message.strip())
 
 
 def print_overview(stream=None) -> None:
@@ -59,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(module.run(args))
     except (UsageError, ConfigError) as error:
-        print(f"sweep {command}: error: {error}", file=sys.stderr)
+        print(f"sweep {command}: error: {one_line(str(error))}", file=sys.stderr)
         return 2
 
 

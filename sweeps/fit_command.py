@@ -23,7 +23,11 @@ R0: fitted with --fit-r0; else --r0 for every curve; else each curve's own row a
 Several seeds per run: each seed is fitted on its own (one row each) and a second table gives the
 spread across seeds (mean, sd, min, max of A, B, C_mid and the prediction at --target).
 Intervals: moving-block residual bootstrap (--n-boot draws; 0 skips it). Observed at target: mean of
-the points within target * (1 +- --observed-window). Exit status 1 when a curve could not be fitted.
+the points within target * (1 +- --observed-window). Exit status 1 when a curve could not be fitted
+(the others are still shown), 2 when none could.
+--power-law: also fit the paper's power-law baseline R = A - D / C^B on the same window and show its
+ceiling A and prediction at --target beside the sigmoid's. A power law keeps rising: on a saturating
+curve its A runs to the bound 1 (no ceiling) and it over-predicts far out.
 """
 
 
@@ -49,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="relative half-width of the observed window around --target (default 0.03)")
     parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws for the intervals (0: none)")
     parser.add_argument("--bootstrap-seed", type=int, default=0, help="random seed of the bootstrap (default 0)")
+    parser.add_argument("--power-law", action="store_true",
+                        help="also fit the power-law baseline R = A - D/C^B and show its ceiling and prediction")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
@@ -57,10 +63,15 @@ def _read_curves(path: str):
 
     from sweeps.cli import UsageError
 
+    hint = f"expected a CSV file with columns {', '.join(REQUIRED_COLUMNS)}"
     try:
         frame = pd.read_csv(path)
     except FileNotFoundError:
-        raise UsageError(f"no such file: {path}") from None
+        raise UsageError(f"no such file: {path}; {hint}") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory; {hint}") from None
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}; {hint}") from None
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
         raise UsageError(f"cannot read {path} as CSV: {error}") from None
     frame.columns = [str(c).strip() for c in frame.columns]
@@ -97,6 +108,8 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
         rows = rows[~empty]
     rows = rows.sort_values("step" if "step" in rows.columns else "compute", kind="stable")
     compute, pass_rate = rows["compute"].to_numpy(), rows["pass_rate"].to_numpy()
+    if args.power_law:
+        record["power_law"] = _fit_power_law(compute, pass_rate, args)
     options = {"burn_in": args.burn_in, "fit_until": args.fit_until, "method": args.method}
     if args.fit_r0:
         options["fit_r0"] = True
@@ -126,6 +139,18 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
         within_margin=score.within_margin, flags=flags, fit=fit,
     )
     return record
+
+
+def _fit_power_law(compute, pass_rate, args) -> dict:
+    """The power-law baseline on the sigmoid's window: A (None as the ceiling when A sits at its bound 1)."""
+    from fitting import FitInputError, fit_power_law
+
+    try:
+        power = fit_power_law(compute, pass_rate, burn_in=args.burn_in, fit_until=args.fit_until)
+    except FitInputError as error:
+        return {"fit_error": str(error)}
+    return {"a": power.a, "d": power.d, "b": power.b, "ceiling": None if power.a_at_bound else power.a,
+            "predicted": float(power.predict(args.target)), "n_points": power.n_points}
 
 
 def _seed_spreads(records: list[dict], target: float) -> list[dict]:
@@ -206,6 +231,34 @@ def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
             print(f"  {note}")
 
 
+def _print_power_law(records: list[dict], args) -> None:
+    """The sigmoid and the power-law baseline side by side: ceiling and prediction at --target."""
+    three = (lambda v: f"{v:.3f}")
+    print("\npower-law baseline R = A - D / C^B on the same window (A at its bound 1: no ceiling)")
+    rows = []
+    for r in records:
+        power = r["power_law"]
+        sigmoid = ["-", "-"] if "fit_error" in r else [three(r["a"]), three(r["predicted"])]
+        if "fit_error" in power:
+            law = ["-", "-"]
+        else:
+            law = [three(power["ceiling"]) if power["ceiling"] is not None else "none (A=1)", three(power["predicted"])]
+        observed = "-" if "fit_error" in r or r["n_observed"] == 0 else three(r["observed"])
+        rows.append([r["run"], r["seed"], sigmoid[0], law[0], sigmoid[1], law[1], observed,
+                     f"not fitted: {power['fit_error']}" if "fit_error" in power else ""])
+    target = f"{args.target:g}"
+    print(_table(["run", "seed", "A sigmoid", "A power law", f"pred@{target} sigmoid", f"pred@{target} power law",
+                  "observed", "note"], rows))
+
+
+def _unfitted_summary(records: list[dict]) -> str:
+    """One line saying why no curve could be fitted: the first few curves and their reasons."""
+    reasons = [f"{r['run']}/{r['seed']}: {r['fit_error']}" if r["seed"] != "-" else f"{r['run']}: {r['fit_error']}"
+               for r in records]
+    more = f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
+    return f"no curve could be fitted ({len(records)} curve(s)): " + "; ".join(reasons[:3]) + more
+
+
 def _jsonable(value):
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -234,12 +287,16 @@ def run(args) -> int:
     frame = _read_curves(args.curves)
     records = [_fit_curve(run, seed, rows, args)
                for (run, seed), rows in frame.groupby(["run", "seed"], sort=False)]
+    if all("fit_error" in r for r in records):
+        raise UsageError(_unfitted_summary(records))
     spreads = _seed_spreads(records, args.target)
     if args.json:
         settings = {k: getattr(args, k) for k in ("burn_in", "fit_until", "target", "method", "margin",
-                                                  "observed_window", "n_boot", "bootstrap_seed")}
+                                                  "observed_window", "n_boot", "bootstrap_seed", "power_law")}
         curves = [{k: v for k, v in r.items() if k != "fit"} for r in records]
         print(json.dumps(_jsonable({"settings": settings, "curves": curves, "seed_spread": spreads}), indent=2))
     else:
         _print_tables(records, spreads, args)
+        if args.power_law:
+            _print_power_law(records, args)
     return 1 if any("fit_error" in r for r in records) else 0

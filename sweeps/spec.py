@@ -13,7 +13,8 @@
     output_dir: runs/scalerl-loo
 
 Loading is strict like recipes: every problem fails before anything launches, naming the key path,
-the bad value and the fix. Torch-free.
+the bad value and the fix; `${...}` interpolation is refused, and a `base` that is not a recipe YAML
+is named as such. Torch-free.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any, Dict, Literal, Optional, Tuple
 
 from omegaconf import OmegaConf
 
-from components.registry import ConfigError, describe_value
-from recipe.config import check_section, to_plain
+from components.registry import ConfigError
+from recipe.config import check_no_interpolation, check_section, load_yaml_file, read_yaml
 
 # Compute axes a run records at every evaluation point (recipe/compute accounting).
 COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens")
@@ -161,6 +162,7 @@ def check_spec_values(spec: SweepSpec) -> None:
         if axis not in REGISTRIES:
             raise ConfigError(f"axes.{axis}: unknown axis; valid axes: {', '.join(REGISTRIES)}")
     check_executor(spec.executor)
+    base_source(spec)
 
 
 def with_root(data: Mapping[str, Any], source: str, root: str) -> dict[str, Any]:
@@ -171,6 +173,8 @@ def with_root(data: Mapping[str, Any], source: str, root: str) -> dict[str, Any]
 
 
 def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> SweepSpec:
+    """A checked SweepSpec from a plain mapping (interpolation refused before OmegaConf could resolve it)."""
+    check_no_interpolation(data, source)
     data = with_root(data, source, root)
     try:
         check_section(data, SweepSpec, "")
@@ -183,18 +187,9 @@ def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> Swe
 
 
 def read_spec_file(path: str | Path, what: str = "sweep spec") -> dict[str, Any]:
-    """A spec YAML as a plain mapping; a missing file or bad YAML is a ConfigError naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such {what}")
-    try:
-        raw = OmegaConf.load(path)
-    except Exception as error:  # YAML syntax: name the file and the parser's position
-        raise ConfigError(f"{path}: not valid YAML: {error}") from None
-    data = to_plain(raw, str(path))
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {describe_value(data)}")
-    return data
+    """A spec YAML as a plain mapping, nothing resolved: a missing file, a directory, bad YAML or an
+    interpolation (`${...}`) is a ConfigError naming the file (and the key)."""
+    return load_yaml_file(path, what)
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -207,9 +202,25 @@ def output_dir(spec: SweepSpec) -> Path:
     return Path(spec.output_dir) if spec.output_dir is not None else Path("runs") / spec.name
 
 
+BASE_FIX = "a base is `scalerl` or a recipe YAML path relative to the spec file"
+
+
 def base_source(spec: SweepSpec) -> Path | None:
-    """None for the built-in ScaleRL recipe, else the recipe YAML (relative to the spec file)."""
+    """None for the built-in ScaleRL recipe, else the recipe YAML (relative to the spec file).
+
+    Checked here, where sweep and tune specs both resolve their base: the path must be a recipe
+    YAML file (a mapping of recipe keys), or the error says what a base must be.
+    """
     if spec.base == "scalerl":
         return None
     path = Path(spec.base)
-    return path if path.is_absolute() else Path(spec.root) / path
+    path = path if path.is_absolute() else Path(spec.root) / path
+    if path.is_dir():
+        raise ConfigError(f"base: got {spec.base!r}, a directory ({path}); {BASE_FIX}")
+    if not path.is_file():
+        raise ConfigError(f"base: got {spec.base!r}, no such file ({path}); {BASE_FIX}")
+    try:
+        read_yaml(path)
+    except ConfigError as error:
+        raise ConfigError(f"base: got {spec.base!r}: {error}; {BASE_FIX}") from None
+    return path

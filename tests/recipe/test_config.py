@@ -102,3 +102,62 @@ def test_run_id_depends_on_what_is_computed_only():
 def test_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         SCALERL.seed = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("optimizer: {lr: '${oc.env:SCALERL_TEST_SECRET}'}\n", r"optimizer\.lr: got '\$\{oc\.env:SCALERL_TEST_SECRET\}'"),
+    ("loss: {name: dapo, eps_high: '${loss.eps_low}'}\n", r"loss\.eps_high: got '\$\{loss\.eps_low\}'"),
+    ("tracking: {experiment: 'x${oc.env:SCALERL_TEST_SECRET}'}\n", r"tracking\.experiment: got 'x\$\{oc\.env"),
+    ("tracking:\n  experiment: x${oc.env:SCALERL_TEST_SECRET\n", r"tracking\.experiment: holds '\$\{'"),
+])
+def test_interpolation_in_a_recipe_is_refused_unresolved(tmp_path, monkeypatch, text, message):
+    # OmegaConf resolves on access; the refusal must come from the raw node, so the secret never shows.
+    monkeypatch.setenv("SCALERL_TEST_SECRET", "s3cr3t")
+    with pytest.raises(ConfigError, match=message) as error:
+        load_recipe(write(tmp_path, text))
+    assert "interpolation is not supported; write the value literally" in str(error.value)
+    assert "s3cr3t" not in str(error.value)
+
+
+def test_interpolation_in_an_override_or_a_code_layer_is_refused(monkeypatch):
+    from recipe.config import compose_recipe
+
+    monkeypatch.setenv("SCALERL_TEST_SECRET", "s3cr3t")
+    value = r"'\$\{oc\.env:SCALERL_TEST_SECRET\}'"
+    with pytest.raises(ConfigError, match=rf"override 'tracking\.experiment={value[1:-1]}': "
+                                          rf"tracking\.experiment: got {value}; interpolation"):
+        load_recipe(overrides=["tracking.experiment=${oc.env:SCALERL_TEST_SECRET}"])
+    with pytest.raises(ConfigError, match=r"override 'seed=\$\{': seed: holds '\$\{'"):
+        load_recipe(overrides=["seed=${"])
+    # A layer built in code (a spec's overrides, a trial's parameters) is checked before OmegaConf merges it.
+    with pytest.raises(ConfigError, match=r"axes\.loss: loss\.name: got '\$\{oc\.env:SCALERL_TEST_SECRET\}'"):
+        compose_recipe(None, [("axes.loss", {"loss": {"name": "${oc.env:SCALERL_TEST_SECRET}"}})])
+
+
+def test_a_file_that_is_not_a_recipe_is_refused_without_echoing_it(tmp_path):
+    passwd = tmp_path / "passwd"
+    passwd.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+    with pytest.raises(ConfigError, match=r"passwd: not a recipe YAML \(a mapping of recipe keys: loss, ") as error:
+        load_recipe(passwd)
+    assert "nologin" not in str(error.value)  # the file's content is cut to the start of its first key
+    spec = write(tmp_path, "name: t\nbudget: {fit_at: 1, target: 2}\n")  # a sweep spec given as a recipe
+    with pytest.raises(ConfigError, match=r"not a recipe YAML .* its top-level keys are: name, budget"):
+        load_recipe(spec)
+    with pytest.raises(ConfigError, match=r": is a directory; expected a recipe file \(a YAML file\)"):
+        load_recipe(tmp_path)
+    binary = tmp_path / "weights.bin"
+    binary.write_bytes(b"\x00\xd0\xff\xfe" * 8)
+    with pytest.raises(ConfigError, match=r"weights\.bin: not a UTF-8 text file"):
+        load_recipe(binary)
+
+
+def test_yaml_errors_and_tags_are_one_line():
+    from recipe.config import parse_overrides
+
+    for bad, message in [
+        ("loss=[dapo", r"not valid YAML: did not find expected ',' or '\]' \(line 2, column 1\)"),
+        ("loss=!!python/object/apply:os.system [ls]", r"not valid YAML: could not determine a constructor"),
+    ]:
+        with pytest.raises(ConfigError, match=message) as error:
+            parse_overrides([bad])
+        assert "\n" not in str(error.value)

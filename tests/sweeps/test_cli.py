@@ -45,3 +45,23 @@ def test_listing_components_and_loading_recipes_never_imports_torch():
             "assert 'torch' not in sys.modules, 'torch was imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_multi_line_error_is_printed_on_one_line(monkeypatch, capsys):
+    # A parser's message or a quoted value can carry newlines; the user still gets one line, exit 2.
+    import types
+
+    from components.registry import ConfigError
+    from sweeps import cli
+
+    module = types.ModuleType("fake_command")
+    module.add_arguments = lambda parser: None
+
+    def run(args):
+        raise ConfigError("spec.yaml: while parsing\n  in line 3\nexpected ']'")
+
+    module.run = run
+    monkeypatch.setitem(sys.modules, "fake_command", module)
+    monkeypatch.setitem(cli.COMMANDS, "fake", ("fake_command", "raises a multi-line error"))
+    assert main(["fake"]) == 2
+    assert capsys.readouterr().err == "sweep fake: error: spec.yaml: while parsing in line 3 expected ']'\n"

@@ -85,8 +85,8 @@ def test_unsorted_rows_are_sorted_and_duplicates_rejected(tmp_path, capsys):
     assert main(["fit", path, *WINDOW, "--n-boot", "0", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["curves"][0]["a"] == pytest.approx(0.61, rel=1e-3)
     path = write_csv(tmp_path / "mixed.csv", rows + curve_rows(a=0.65)[3:6])  # two seeds without a seed column
-    assert main(["fit", path, *WINDOW, "--n-boot", "0"]) == 1
-    assert "compute has a duplicate value 600" in capsys.readouterr().out
+    assert main(["fit", path, *WINDOW, "--n-boot", "0"]) == 2  # the only curve: nothing fitted
+    assert "base: compute has a duplicate value 600" in capsys.readouterr().err
 
 
 def test_step_column_orders_each_curve(tmp_path, capsys):
@@ -94,8 +94,8 @@ def test_step_column_orders_each_curve(tmp_path, capsys):
     rows = [f"base,{i},{c:g},{p:.6f}" for i, (c, p) in enumerate(
         zip([0, 400, 200, 600], [0.3, 0.31, 0.32, 0.33]))]
     path = write_csv(tmp_path / "c.csv", rows, header="run,step,compute,pass_rate")
-    assert main(["fit", path, "--fit-until", "600", "--target", "600", "--n-boot", "0"]) == 1
-    assert "compute must be increasing; got 200 after 400" in capsys.readouterr().out
+    assert main(["fit", path, "--fit-until", "600", "--target", "600", "--n-boot", "0"]) == 2
+    assert "compute must be increasing; got 200 after 400" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("content", "message"), [
@@ -138,3 +138,63 @@ def test_paper_method_from_the_cli(capsys):
 
 def test_three_significant_figures():
     assert [_sig3(v) for v in (2542.0, 11272.0, 1.234, 0.012345, 100.4)] == ["2540", "11300", "1.23", "0.0123", "100"]
+
+
+def test_a_directory_is_a_usage_error(tmp_path, capsys):
+    assert main(["fit", str(tmp_path), *WINDOW]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"sweep fit: error: {tmp_path} is a directory; expected a CSV file with columns run, " \
+                          "compute, pass_rate"
+
+
+def test_no_curve_fitted_is_one_line_and_exit_2(tmp_path, capsys):
+    # "lonely" has a single point, "no_r0" has no compute-0 row and no --r0: neither can be fitted.
+    path = write_csv(tmp_path / "c.csv", ["lonely,0,0.3"] + curve_rows(run="no_r0", start=200))
+    assert main(["fit", path, *WINDOW, "--n-boot", "0"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "Traceback" not in captured.err
+    assert captured.err.startswith("sweep fit: error: no curve could be fitted (2 curve(s)): lonely: the fit window")
+    assert "; no_r0: R0 is unknown" in captured.err
+
+
+def test_power_law_baseline_beside_the_sigmoid(tmp_path, capsys):
+    # The paper's protocol on a curve saturating at A = 0.645 (B 1.70, C_mid 10909): fit 1.5k..50k, predict
+    # 100k. The sigmoid finds the ceiling; the power law has none (A runs to its bound 1) and over-predicts.
+    compute = np.arange(0.0, 100001.0, 500.0)
+    truth = sigmoid_curve(compute, 0.645, 1.70, 10909, 0.3)
+    path = write_csv(tmp_path / "c.csv", [f"base,{c:g},{p:.6f}" for c, p in zip(compute, truth)])
+    args = ["fit", path, "--burn-in", "1500", "--fit-until", "50000", "--target", "100000", "--n-boot", "0"]
+    assert main([*args, "--power-law", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    curve = report["curves"][0]
+    assert report["settings"]["power_law"] is True
+    assert curve["a"] == pytest.approx(0.645, abs=0.005)
+    power = curve["power_law"]
+    assert power["ceiling"] is None and power["a"] == pytest.approx(1.0, abs=1e-6)
+    assert abs(power["predicted"] - curve["observed"]) > 5 * abs(curve["predicted"] - curve["observed"])
+    assert power["predicted"] > curve["observed"]
+    assert main([*args, "--power-law"]) == 0
+    out = capsys.readouterr().out
+    assert "power-law baseline R = A - D / C^B on the same window" in out
+    row = next(line.split() for line in out.splitlines()[-3:] if line.startswith("base"))
+    assert row[2] == f"{curve['a']:.3f}" and row[3:5] == ["none", "(A=1)"]
+    assert row[6] == f"{power['predicted']:.3f}"
+    # Off by default: no power-law fit in the table or the JSON.
+    assert main([*args, "--json"]) == 0
+    assert "power_law" not in json.loads(capsys.readouterr().out)["curves"][0]
+
+
+def test_power_law_beside_curves_the_sigmoid_could_not_fit(tmp_path, capsys):
+    # "no_r0": no R0, so no sigmoid, but the power law needs none; "short": 2 points, neither fits.
+    rows = curve_rows() + curve_rows(run="no_r0", start=200) + ["short,0,0.3", "short,200,0.31", "short,400,0.32"]
+    path = write_csv(tmp_path / "c.csv", rows)
+    assert main(["fit", path, *WINDOW, "--n-boot", "0", "--power-law", "--json"]) == 1
+    curves = {curve["run"]: curve for curve in json.loads(capsys.readouterr().out)["curves"]}
+    assert "a" in curves["base"]["power_law"] and "fit_error" in curves["no_r0"]
+    assert curves["no_r0"]["power_law"]["predicted"] > 0.3
+    assert "holds 0 point(s)" in curves["short"]["power_law"]["fit_error"]
+    assert main(["fit", path, *WINDOW, "--n-boot", "0", "--power-law"]) == 1
+    out = capsys.readouterr().out.split("power-law baseline")[1]
+    short = next(line for line in out.splitlines() if line.startswith("short"))
+    assert short.split()[2:6] == ["-", "-", "-", "-"] and "not fitted: the fit window" in short

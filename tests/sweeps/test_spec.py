@@ -1,5 +1,8 @@
 """Malformed sweep specs fail before anything launches, naming the key path, the value and the fix."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from components.registry import ConfigError
@@ -49,3 +52,47 @@ def test_malformed_specs_fail_with_a_clear_message(tmp_path, text, message):
 def test_missing_spec_file(tmp_path):
     with pytest.raises(ConfigError, match="no such sweep spec"):
         load_spec(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("text, message", [
+    (VALID.replace("name: t", "name: x${oc.env:HOME}"), r"spec\.yaml: name: got 'x\$\{oc\.env:HOME\}'; interpolation "
+                                                        r"is not supported; write the value literally"),
+    (VALID + "overrides:\n  optimizer: {lr: '${oc.env:LR}'}\n", r"overrides\.optimizer\.lr: got '\$\{oc\.env:LR\}'"),
+    (VALID + "seeds: [0, '${seed}']\n", r"seeds\[1\]: got '\$\{seed\}'"),
+    (VALID + "output_dir: ${oc.env:HOME}/runs\n", r"output_dir: got '\$\{oc\.env:HOME\}/runs'"),
+])
+def test_interpolation_in_a_spec_is_refused_unresolved(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        load(tmp_path, text)
+    home = str(Path.home())
+    assert home + "/runs" not in str(error.value) and "x" + home not in str(error.value)  # nothing resolved
+
+
+def test_interpolation_in_a_spec_built_in_code_is_refused():
+    from sweeps.spec import spec_from_dict
+
+    data = {"name": "t", "budget": {"fit_at": 10, "target": 20}, "tracking": {"experiment": "${oc.env:HOME}"}}
+    with pytest.raises(ConfigError, match=r"code: tracking\.experiment: got '\$\{oc\.env:HOME\}'; interpolation"):
+        spec_from_dict(data, "code")
+
+
+def test_base_that_is_not_a_recipe_says_what_a_base_must_be(tmp_path):
+    fix = "a base is `scalerl` or a recipe YAML path relative to the spec file"
+    (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n")
+    with pytest.raises(ConfigError, match=r"spec\.yaml: base: got 'passwd': .*passwd: not a recipe YAML \(a mapping "
+                                          r"of recipe keys: loss, .*; " + re.escape(fix)) as error:
+        load(tmp_path, VALID + "base: passwd\n")
+    assert "nologin" not in str(error.value)
+    (tmp_path / "recipes").mkdir()
+    with pytest.raises(ConfigError, match=r"base: got 'recipes', a directory \(.*recipes\); " + re.escape(fix)):
+        load(tmp_path, VALID + "base: recipes\n")
+    missing = r"base: got 'absent\.yaml', no such file \(.*absent\.yaml\); "
+    with pytest.raises(ConfigError, match=missing + re.escape(fix)):
+        load(tmp_path, VALID + "base: absent.yaml\n")
+    (tmp_path / "recipe.yaml").write_text("loss: dapo\n")  # a real recipe, relative to the spec: fine
+    assert len(load(tmp_path, VALID.replace("loss: dapo", "loss: gspo") + "base: recipe.yaml\n")) == 2
+
+
+def test_spec_path_that_is_a_directory(tmp_path):
+    with pytest.raises(ConfigError, match=r": is a directory; expected a sweep spec \(a YAML file\)"):
+        load_spec(tmp_path)
