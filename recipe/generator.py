@@ -76,9 +76,14 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
 
     device = next(model.parameters()).device
     parts = lm_parts(model)
-    encoded = tokenizer(prompts, padding=True, return_tensors="pt")
-    input_ids = encoded.input_ids.to(device)
-    attention_mask = encoded.attention_mask.to(device)
+    # G samples of a prompt share its prefill: the body runs once per distinct prompt and the KV
+    # cache is gathered to the B rows (the same values for a fraction of the work).
+    distinct = {prompt: index for index, prompt in enumerate(dict.fromkeys(prompts))}
+    row_prompt = torch.tensor([distinct[prompt] for prompt in prompts], device=device)
+    encoded = tokenizer(list(distinct), padding=True, return_tensors="pt")
+    distinct_ids, distinct_mask = encoded.input_ids.to(device), encoded.attention_mask.to(device)
+    input_ids, prompt_mask = distinct_ids[row_prompt], distinct_mask[row_prompt]
+    attention_mask = prompt_mask
     B, P = input_ids.shape
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
 
@@ -105,12 +110,13 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     version = on_decode_step() if on_decode_step is not None else policy_version
 
     cache = DynamicCache()
-    positions = positions_from_mask(attention_mask)
     with parts.autocast():
-        out = parts.body(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True)
-    hidden = out.last_hidden_state[:, -1]
-    next_position = positions[:, -1] + 1
+        out = parts.body(input_ids=distinct_ids, attention_mask=distinct_mask,
+                         position_ids=positions_from_mask(distinct_mask), past_key_values=cache, use_cache=True)
+    hidden = out.last_hidden_state[:, -1][row_prompt]
+    if len(distinct) < B:
+        cache.batch_select_indices(row_prompt)
+    next_position = positions_from_mask(attention_mask)[:, -1] + 1
     for t in range(limit):
         logits = precision.head_logits(hidden, parts.head.weight, parts.head.bias)  # (B, V), head dtype
         logp_all = torch.log_softmax(logits / temperature, dim=-1)
@@ -167,7 +173,7 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     valid = torch.arange(response.shape[1], device=device)[None, :] < lengths[:, None]
     return Rollout(
         input_ids=torch.cat([input_ids, response], dim=1),
-        attention_mask=torch.cat([encoded.attention_mask.to(device), valid.long()], dim=1),
+        attention_mask=torch.cat([prompt_mask, valid.long()], dim=1),
         prompt_width=P,
         loss_mask=torch.stack(sampled_masks, dim=1),
         old_logprobs=torch.stack(logprobs, dim=1),

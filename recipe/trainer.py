@@ -15,6 +15,49 @@ from recipe.generator import Rollout, positions_from_mask
 from recipe.model import lm_parts
 
 
+def shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int):
+    """The distinct prompts of a batch and, per row, which one it has: (prompt_ids (U, P), prompt_mask, row_prompt (B,)).
+
+    An RL batch holds G samples of each prompt, so its prompt part is computed once per distinct
+    prompt and shared (U = B / G rows instead of B): the same values, a fraction of the work.
+    """
+    prompt_ids, prompt_mask = input_ids[:, :prompt_width], attention_mask[:, :prompt_width]
+    unique, row_prompt = torch.unique(torch.cat([prompt_ids, prompt_mask], dim=1), dim=0, return_inverse=True)
+    return unique[:, :prompt_width], unique[:, prompt_width:], row_prompt
+
+
+def response_hidden_states(model, input_ids, attention_mask, prompt_width: int) -> torch.Tensor:
+    """Hidden states (B, T, D) that predict the T response tokens: position P + t - 1 predicts token t.
+
+    Prompt prefix shared: the body runs once over the U distinct prompts with a KV cache, the cache
+    (and the last prompt state, which predicts response token 0) is gathered to the B rows, then
+    the body runs over response tokens 0 .. T-2 attending to it (the last token predicts nothing we
+    train on). Gradients flow through the gather into the shared prompt computation, so the
+    gradient equals that of one forward over every full row.
+    """
+    from transformers import DynamicCache
+
+    parts = lm_parts(model)
+    prompt_ids, prompt_mask, row_prompt = shared_prompts(input_ids, attention_mask, prompt_width)
+    positions = positions_from_mask(attention_mask)
+    cache = DynamicCache()
+    with parts.autocast():
+        prompt_hidden = parts.body(input_ids=prompt_ids, attention_mask=prompt_mask,
+                                   position_ids=positions_from_mask(prompt_mask), past_key_values=cache,
+                                   use_cache=True).last_hidden_state[:, -1:]  # (U, 1, D)
+    first = prompt_hidden[row_prompt]  # (B, 1, D)
+    T = input_ids.shape[1] - prompt_width
+    if T == 1:
+        return first
+    if prompt_ids.shape[0] != input_ids.shape[0] or not torch.equal(row_prompt, torch.arange(len(row_prompt))):
+        cache.batch_select_indices(row_prompt.to(input_ids.device))
+    with parts.autocast():
+        rest = parts.body(input_ids=input_ids[:, prompt_width:-1], attention_mask=attention_mask[:, :-1],
+                          position_ids=positions[:, prompt_width:-1], past_key_values=cache,
+                          use_cache=True).last_hidden_state  # (B, T - 1, D)
+    return torch.cat([first, rest], dim=1)
+
+
 def sequence_logprobs(model, precision, input_ids, attention_mask, prompt_width: int, temperature: float = 1.0,
                       with_entropy: bool = False):
     """Logprobs (B, T) float32 of the response tokens under the current weights (and entropy (B, T)).
@@ -23,10 +66,8 @@ def sequence_logprobs(model, precision, input_ids, attention_mask, prompt_width:
     head and temperature the generator sampled with.
     """
     parts = lm_parts(model)
-    with parts.autocast():
-        hidden = parts.body(input_ids=input_ids, attention_mask=attention_mask,
-                            position_ids=positions_from_mask(attention_mask)).last_hidden_state
-    logits = precision.head_logits(hidden[:, prompt_width - 1:-1], parts.head.weight, parts.head.bias)
+    hidden = response_hidden_states(model, input_ids, attention_mask, prompt_width)
+    logits = precision.head_logits(hidden, parts.head.weight, parts.head.bias)
     logp_all = torch.log_softmax(logits / temperature, dim=-1)  # (B, T, V), head dtype
     logprobs = logp_all.gather(-1, input_ids[:, prompt_width:, None]).squeeze(-1).float()
     if not with_entropy:

@@ -105,3 +105,58 @@ def test_a_token_older_than_the_bound_is_refused_before_any_update(tiny_model_di
         step_once(model, stale, precision, micro_batch_size=0, staleness_bound=2)
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before.parameters()))
     assert step_once(model, stale, precision, micro_batch_size=0, staleness_bound=3)["train/staleness_max"] == 3.0
+
+
+def full_row_logprobs(model, rollout):
+    """Reference: one plain Hugging Face forward over every full row (no shared prompt prefix)."""
+    from recipe.generator import positions_from_mask
+
+    P = rollout.prompt_width
+    logits = model(input_ids=rollout.input_ids, attention_mask=rollout.attention_mask,
+                   position_ids=positions_from_mask(rollout.attention_mask)).logits[:, P - 1:-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, rollout.input_ids[:, P:, None]).squeeze(-1)
+
+
+@pytest.mark.parametrize("prompts", [
+    ["07+05=<think>", "7+5=<think>", "19+01=<think>", "123+9=<think>"] * 3,  # G = 3, left padding, shuffled groups
+    ["7+5=<think>", "07+05=<think>", "123+9=<think>"],  # every prompt distinct
+], ids=["repeated-prompts", "distinct-prompts"])
+def test_shared_prompt_prefix_gives_the_full_row_logprobs_and_gradients(tiny_model_dir, prompts):
+    # The trainer runs each distinct prompt once and gathers its KV cache to the rows; values and
+    # gradients must be those of a plain forward over every full row.
+    from recipe.trainer import sequence_logprobs
+
+    model, tokenizer = load_model_dir(tiny_model_dir)
+    precision = REGISTRIES["precision"].build({"name": "lm_head"})
+    rollout = generate(model, tokenizer, prompts, precision=precision,
+                       length_control=REGISTRIES["length_control"].build({"name": "none"}), max_new_tokens=10,
+                       torch_rng=torch.Generator().manual_seed(1), numpy_rng=np.random.default_rng(1))
+    mask = rollout.loss_mask
+    reference = full_row_logprobs(model, rollout)
+    shared, _ = sequence_logprobs(model, precision, rollout.input_ids, rollout.attention_mask, rollout.prompt_width)
+    assert float((shared - reference)[mask].abs().max()) < 1e-5
+    assert float((rollout.old_logprobs - reference)[mask].abs().max()) < 1e-5  # the generator shares its prefill too
+
+    weights = torch.linspace(-1, 1, mask.numel()).view_as(mask) * mask  # an arbitrary loss over sampled tokens
+    gradients = []
+    for logprobs in (lambda: full_row_logprobs(model, rollout),
+                     lambda: sequence_logprobs(model, precision, rollout.input_ids, rollout.attention_mask,
+                                               rollout.prompt_width)[0]):
+        model.zero_grad()
+        (weights * logprobs()).sum().backward()
+        gradients.append([p.grad.clone() for p in model.parameters()])
+    for g_reference, g_shared in zip(*gradients):
+        torch.testing.assert_close(g_shared, g_reference, atol=1e-5 * float(g_reference.abs().max()) + 1e-9, rtol=1e-4)
+
+
+def test_a_one_token_response_is_predicted_by_the_last_prompt_state(tiny_model_dir):
+    from recipe.trainer import sequence_logprobs
+
+    model, tokenizer = load_model_dir(tiny_model_dir)
+    precision = REGISTRIES["precision"].build({"name": "lm_head"})
+    rollout = generate(model, tokenizer, ["7+5=<think>"] * 2, precision=precision,
+                       length_control=REGISTRIES["length_control"].build({"name": "none"}), max_new_tokens=1,
+                       torch_rng=torch.Generator().manual_seed(0), numpy_rng=np.random.default_rng(0))
+    assert rollout.response_ids.shape[1] == 1
+    shared, _ = sequence_logprobs(model, precision, rollout.input_ids, rollout.attention_mask, rollout.prompt_width)
+    torch.testing.assert_close(shared, full_row_logprobs(model, rollout), atol=1e-5, rtol=0)
