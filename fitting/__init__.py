@@ -1,6 +1,6 @@
 """Sigmoid compute-performance fits, extrapolation scores with uncertainty, and LOO comparisons (numpy/scipy only).
 
-Public API (the curve: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), see SCALERL.md section 1):
+Public API (the curve: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), Eq. 1 of arXiv 2510.13786):
     fit = fit_sigmoid(compute, pass_rate, r0=0.35, burn_in=1500, fit_until=8000)   # -> FitResult
     boot = bootstrap_fit(fit, n_boot=1000, target=16000, seed=0)                     # -> BootstrapResult
     score = score_extrapolation(fit, compute, pass_rate, target=16000)               # -> ExtrapolationScore

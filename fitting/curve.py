@@ -1,7 +1,8 @@
 """The compute-performance curves (sigmoid, power law) and the log F transform of the slope plot.
 
-Notation (SCALERL.md section 1): C compute (GPU-hours in the paper), R mean pass rate, R0 the pass rate at
-zero RL compute, A the asymptote, B the efficiency exponent, C_mid the compute at half the gain A - R0.
+Notation (Eq. 1 in section 2 of arXiv 2510.13786): C compute (GPU-hours in the paper), R mean pass
+rate, R0 the pass rate at zero RL compute, A the asymptote, B the efficiency exponent, C_mid the
+compute at half the gain A - R0.
 """
 
 from __future__ import annotations

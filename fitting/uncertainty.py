@@ -120,8 +120,9 @@ class SeedSpread:
 def seed_spread(fits: Sequence[FitResult], target: float | None = None) -> SeedSpread:
     """Mean, sample sd, min and max over fits of the same run with different seeds.
 
-    The paper's three identical runs gave A within +-0.015; this is the number to compare with the
-    0.02 margin, and it is usually larger than a single run's bootstrap interval.
+    The paper's independent runs of one recipe gave an error margin of about +-0.02 on A (arXiv
+    2510.13786, Figure 8a), the margin the LOO verdicts use; the spread measured here is the number
+    to compare with it, and it is usually larger than a single run's bootstrap interval.
     """
     if len(fits) < 2:
         raise FitInputError(f"seed_spread needs fits of at least 2 seeds; got {len(fits)}")

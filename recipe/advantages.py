@@ -1,7 +1,8 @@
 """From scored samples to trainable advantages: batch filter first, then advantage normalization.
 
 The order matters: `batch` normalization divides by the spread of the groups that are trained on,
-so zero-variance groups must be gone before it is computed (ScaleRL; SCALERL.md section 2).
+so zero-variance groups must be gone before it is computed (ScaleRL, arXiv 2510.13786: batch-level
+advantage normalization after zero-variance filtering).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The ScaleRL base recipe as one explicit value (mirrored by recipe/scalerl.yaml, checked by a test).
 
-Axis choices are the paper's (SCALERL.md section 2). Sizes and budgets are those of the embedded
-CPU testbed; a cluster recipe overrides model, task, rollout and length budgets in its YAML.
+Axis choices are the paper's ScaleRL recipe (arXiv 2510.13786: the design choices studied in
+section 3, combined into ScaleRL in section 4). Sizes and budgets are those of the embedded CPU
+testbed; a cluster recipe overrides model, task, rollout and length budgets in its YAML.
 """
 
 from __future__ import annotations

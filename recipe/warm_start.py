@@ -2,7 +2,7 @@
 
 RL needs a start point with a low but non-zero pass rate whose failures are a *systematic* wrong
 method, so that RL moves probability mass from the wrong method onto the right one (an S-curve)
-rather than having to discover arithmetic from scratch (TESTBED.md). Each supervised target is the
+rather than having to discover arithmetic from scratch. Each supervised target is the
 correct column sum with probability `teacher_correct_prob`, otherwise the same column method with
 every carry forgotten. A few targets are cut mid-thinking by the interruption phrase and then
 answered, so the model has seen the phrase before RL forces it.

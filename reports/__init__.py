@@ -4,6 +4,7 @@
     fits = fit_sweep(data)                              # every fit once; fits.table is the LOO table
     print(format_loo_table(fits.table))
     write_report(fits, "report.pdf")                    # or build_report(sweep_dir, "report.pdf")
+    write_report(fits, "report.pdf", power_law=True)    # plus the power-law baseline against each sigmoid
     outputs = report_sweep(sweep_dir)                   # all of it: CSV, PDF, figures, MLflow (end of `sweep run`)
     url, stop = start_ui(tracking_uri, experiment_id="1")
 

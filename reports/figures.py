@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 
 import matplotlib
 
@@ -276,8 +277,8 @@ def diagnostics_figure(data, colours: dict[str, str]):
     """
     frame, notes = data.diagnostics, []
     keys = list(schema.DIAGNOSTICS)
-    columns = 4
-    rows = math.ceil(len(keys) / columns)
+    rows = 2
+    columns = math.ceil((len(keys) + 1) / rows)  # one cell left for the legend
     with plt.rc_context(STYLE):
         fig = _new_figure(f"Stability diagnostics per run (training metrics against the step; rolling mean over "
                           f"1/{SMOOTHING} of the run)")
@@ -286,7 +287,7 @@ def diagnostics_figure(data, colours: dict[str, str]):
                                          "hspace": 0.5, "wspace": 0.45})
         for ax, key in zip(axes.flat, keys):
             title, ylabel, threshold = schema.DIAGNOSTICS[key]
-            ax.set_title(title, fontsize=10)
+            ax.set_title(textwrap.fill(title, 24), fontsize=10)
             ax.set_xlabel("training step")
             ax.set_ylabel(ylabel)
             if key not in frame.columns or frame[key].isna().all():
@@ -311,7 +312,8 @@ def diagnostics_figure(data, colours: dict[str, str]):
             ax.set_visible(False)
         handles = [plt.Line2D([], [], color=colours[n], lw=2, label=legend_label(n, width=20))
                    for n in data.variants() if n in colours]
-        handles.append(plt.Line2D([], [], color="#c0392b", ls="--", label="truncation above 10%:\nunstable (paper)"))
+        threshold = f"truncation rate above\n{schema.TRUNCATION_INSTABILITY:.0%}: unstable (paper)"
+        handles.append(plt.Line2D([], [], color="#c0392b", ls="--", label=threshold))
         if legend_ax is not None:
             legend_ax.axis("off")
             legend_ax.legend(handles=handles, loc="center left", bbox_to_anchor=(-0.25, 0.5), frameon=False)

@@ -4,9 +4,9 @@
     write_report(fit_sweep(data), "report.pdf", figures_dir)  # from fits already made (no refit)
 
 Pages, A4 landscape: title; LOO table (more pages past ROWS_PER_TABLE_PAGE variants); all curves; one
-panel per variant; fixed-A slopes and delta bars (only with a fitted base); stability diagnostics (figure
-and numbers);
-config diffs; notes (only when something was skipped).
+panel per variant; fixed-A slopes and delta bars (only with a fitted base); the power-law comparison
+(only when asked: power_law=True); stability diagnostics (figure and numbers); config diffs; notes
+(only when something was skipped).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
 from reports import figures, schema  # noqa: E402
-from reports.tables import DEFAULT_N_BOOT, config_diff, diagnostics_table, sig3, table_cells  # noqa: E402
+from reports.tables import (DEFAULT_N_BOOT, TRUNCATION_NOTE, config_diff, diagnostics_table, sig3,  # noqa: E402
+                            table_cells)
 
 ROWS_PER_TABLE_PAGE = 10
 DIFF_LINES_PER_PAGE = 40
@@ -95,12 +96,14 @@ TEXT_COLUMN_MIN = 12  # the variant, change and verdict columns wrap down to thi
 def _column_widths(cells: list[list[str]], max_chars: int, only_first: bool = False) -> list[int]:
     """Characters per column: the longest line of each column, wrapping the text columns when too wide."""
     widths = [max(len(line) for row in cells for line in row[i].split("\n")) for i in range(len(cells[0]))]
-    wrappable = {0} if only_first else {0, 1, len(widths) - 1}
+    # The variant and change columns wrap first; the last (the verdict) only once they cannot.
+    stages = [[0]] if only_first else [[0, 1], [len(widths) - 1]]
     while sum(widths) + TABLE_GAP * (len(widths) - 1) > max_chars:
-        widest = max(wrappable, key=lambda i: widths[i])
-        if widths[widest] <= TEXT_COLUMN_MIN:
+        candidates = next(([i for i in stage if widths[i] > TEXT_COLUMN_MIN] for stage in stages
+                           if any(widths[i] > TEXT_COLUMN_MIN for i in stage)), [])
+        if not candidates:
             break
-        widths[widest] -= 1
+        widths[max(candidates, key=lambda i: widths[i])] -= 1
     return widths
 
 
@@ -168,6 +171,9 @@ def _diagnostics_page(fits):
         bottom = _draw_table(fig, header, rows, ["0.2"] * len(rows), top=0.9, colour_last=False)
         legend = ["Units: " + "; ".join(f"{schema.DIAGNOSTICS[k][0]}: {schema.DIAGNOSTICS[k][1]}" for k in keys),
                   "-: the variant's runs did not log it. With several seeds: mean of the runs' means, largest max."]
+        legend.append("Truncation rate: the share of samples forcibly stopped, interrupted by the length control or "
+                      "cut at the length limit (counted once when both), the paper's instability signal; its two "
+                      "parts are the next two columns.")
         if breached:
             legend.append("(!): above the paper's instability threshold (truncation rates above 10-15% signal "
                           "instability).")
@@ -189,6 +195,8 @@ def _table_legend(fits) -> str:
         f"prediction at target; obs: mean of the evaluations within target x (1 +- {window:g});",
         "error = pred - obs; ok: |error| <= 0.02 (the paper's noise margin on A).",
     ]
+    if fits.table["low_truncation_steps"].notna().any():
+        lines.append(f"steps trunc<5%: {TRUNCATION_NOTE}")
     flagged = fits.table[fits.table["flags"].astype(bool)]
     if len(flagged):
         lines.append("Fit flags (reasons not to trust a fit):")
@@ -223,11 +231,31 @@ def _diff_pages(fits) -> list:
     return pages
 
 
-FIGURES = ("curves", "variants", "fixed_a_slopes", "deltas", "diagnostics")  # pages also saved as PNG
+FIGURES = ("curves", "variants", "fixed_a_slopes", "deltas", "power_law", "diagnostics")  # pages also saved as PNG
 
 
-def report_pages(fits) -> list[tuple[str, object]]:
-    """Every page of the report as (name, Figure), in order; names in FIGURES are the figure pages."""
+def _power_law_pages(fits) -> tuple[list, list[str]]:
+    """The optional power-law comparison: its figure and its table page (none when no variant could be fitted)."""
+    from reports.power_law import power_law_cells, power_law_figure, power_law_note, power_law_table
+
+    table, notes = power_law_table(fits)
+    if table.empty:
+        return [], notes + ["power law: no variant could be fitted; its pages are left out"]
+    header, rows = power_law_cells(table)
+    with plt.rc_context(figures.STYLE):
+        page = figures._new_figure(f"Power law against sigmoid: ceilings and predictions at "
+                                   f"{fits.data.budget.target:g} {figures.UNIT_LABELS.get(fits.data.budget.unit, '')}")
+        bottom = _draw_table(page, header, rows, ["0.2"] * len(rows), top=0.9, colour_last=False)
+        note = "\n".join(textwrap.fill(line, 160) for line in power_law_note(table).split("\n"))
+        page.text(0.025, bottom - 0.03, note, va="top", fontsize=9, linespacing=1.45)
+    return [("power_law", power_law_figure(fits, table)), ("power_law_table", page)], notes
+
+
+def report_pages(fits, *, power_law: bool = False) -> list[tuple[str, object]]:
+    """Every page of the report as (name, Figure), in order; names in FIGURES are the figure pages.
+
+    power_law: add the power-law comparison (reports/power_law.py) after the LOO figures; off by default.
+    """
     pages = [("title", _title_page(fits))] + [("table", page) for page in _table_pages(fits)]
     if not fits.data.evals.empty:
         pages.append(("curves", figures.curves_figure(fits)))
@@ -235,22 +263,29 @@ def report_pages(fits) -> list[tuple[str, object]]:
         pages.append(("variants", figures.panels_figure(fits)))
     if fits.comparison is not None:
         pages += [("fixed_a_slopes", figures.slope_figure(fits)), ("deltas", figures.deltas_figure(fits))]
+    power_law_notes = []
+    if power_law and fits.variants:
+        power_law_pages, power_law_notes = _power_law_pages(fits)
+        pages += power_law_pages
     diagnostics, diagnostic_notes = figures.diagnostics_figure(fits.data,
                                                                figures.variant_colours(fits.data.variants()))
     pages += [("diagnostics", diagnostics), ("diagnostics_table", _diagnostics_page(fits))]
     pages += [("config_diff", page) for page in _diff_pages(fits)]
-    notes = fits.notes + diagnostic_notes
+    notes = fits.notes + power_law_notes + diagnostic_notes
     if notes:
         wrapped = [line for note in notes for line in textwrap.wrap(note, 150, subsequent_indent="    ")]
         pages.append(("notes", _text_page("Notes: what was skipped or adjusted", wrapped, size=9.5)))
     return pages
 
 
-def write_report(fits, output_pdf: str | Path, figures_dir: str | Path | None = None) -> list[Path]:
-    """Write the PDF (and each figure page as PNG into figures_dir when given); returns the PNG paths."""
+def write_report(fits, output_pdf: str | Path, figures_dir: str | Path | None = None, *,
+                 power_law: bool = False) -> list[Path]:
+    """Write the PDF (and each figure page as PNG into figures_dir when given); returns the PNG paths.
+
+    power_law: include the power-law comparison pages (report_pages)."""
     output_pdf = Path(output_pdf)
     output_pdf.parent.mkdir(parents=True, exist_ok=True)
-    pages = report_pages(fits)
+    pages = report_pages(fits, power_law=power_law)
     pngs = []
     metadata = {"Title": f"LOO ablation report: {fits.data.name}", "Creator": "scalerl-sweep reports"}
     try:
@@ -269,10 +304,11 @@ def write_report(fits, output_pdf: str | Path, figures_dir: str | Path | None = 
     return pngs
 
 
-def build_report(sweep_dir: str | Path, output_pdf: str | Path, *, n_boot: int = DEFAULT_N_BOOT) -> Path:
+def build_report(sweep_dir: str | Path, output_pdf: str | Path, *, n_boot: int = DEFAULT_N_BOOT,
+                 power_law: bool = False) -> Path:
     """Load a sweep directory, fit it and write the PDF report; returns the PDF path."""
     from reports.sweep_data import load_sweep
     from reports.tables import fit_sweep
 
-    write_report(fit_sweep(load_sweep(sweep_dir), n_boot=n_boot), output_pdf)
+    write_report(fit_sweep(load_sweep(sweep_dir), n_boot=n_boot), output_pdf, power_law=power_law)
     return Path(output_pdf)

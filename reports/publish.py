@@ -31,13 +31,15 @@ class ReportOutputs:
 
 
 def publish(data: SweepData, *, pdf: Path, csv: Path, figures_dir: Path | None, n_boot: int = DEFAULT_N_BOOT,
-            mlflow_sweep_dir: Path | None = None, echo=print) -> ReportOutputs:
-    """Fit `data` once, write csv and pdf (and PNGs), and log to MLflow when mlflow_sweep_dir is given."""
+            mlflow_sweep_dir: Path | None = None, power_law: bool = False, echo=print) -> ReportOutputs:
+    """Fit `data` once, write csv and pdf (and PNGs), and log to MLflow when mlflow_sweep_dir is given.
+
+    power_law: the PDF also compares each variant's sigmoid with a power-law fit (off by default)."""
     fits = fit_sweep(data, n_boot=n_boot)
     table = fits.table
     csv.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(csv, index=False, float_format="%.6g")
-    pngs = write_report(fits, pdf, figures_dir)
+    pngs = write_report(fits, pdf, figures_dir, power_law=power_law)
     logged = False
     if mlflow_sweep_dir is not None:
         from mlflow.exceptions import MlflowException
@@ -55,7 +57,7 @@ def publish(data: SweepData, *, pdf: Path, csv: Path, figures_dir: Path | None, 
 
 
 def report_sweep(sweep_dir: str | Path, output_pdf: str | Path | None = None, *, n_boot: int = DEFAULT_N_BOOT,
-                 log_mlflow: bool = True, echo=print) -> ReportOutputs:
+                 log_mlflow: bool = True, power_law: bool = False, echo=print) -> ReportOutputs:
     """Report a sweep directory: <sweep_dir>/loo_table.csv, the PDF (default <sweep_dir>/report.pdf), its
     figures as PNG in <sweep_dir>/report_figures/, and the fit results in the sweep's MLflow store
     (skipped with a message when <sweep_dir>/mlflow.json is absent)."""
@@ -63,4 +65,4 @@ def report_sweep(sweep_dir: str | Path, output_pdf: str | Path | None = None, *,
     pdf = Path(output_pdf) if output_pdf is not None else sweep_dir / schema.REPORT_FILE
     return publish(load_sweep(sweep_dir), pdf=pdf, csv=sweep_dir / schema.LOO_TABLE_FILE,
                    figures_dir=sweep_dir / schema.FIGURES_DIR, n_boot=n_boot,
-                   mlflow_sweep_dir=sweep_dir if log_mlflow else None, echo=echo)
+                   mlflow_sweep_dir=sweep_dir if log_mlflow else None, power_law=power_law, echo=echo)

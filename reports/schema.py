@@ -44,17 +44,29 @@ PASS_RATE = "eval/pass_rate"  # a line is an evaluation line iff it carries this
 COMPUTE_PREFIX = "compute/"  # the curve's x is COMPUTE_PREFIX + budget.unit
 STEPS_UNIT = "steps"  # budget.unit "steps": the training step itself is the compute axis
 
+# The paper's truncation rate (arXiv 2510.13786): the share of generations forcibly stopped, i.e. interrupted
+# by the length control or cut at the length limit (a sample can be both: it is counted once). Rates above
+# 10-15% signal instability; ScaleRL kept it below 5% on more than 90% of its steps.
+TRUNCATION_RATE = "rollout/forced_stop_frac"
+TRUNCATION_INSTABILITY = 0.10  # the lower end of the paper's 10-15%
+# 1 or 0 per training step, averaged between evaluations: the share of those steps with TRUNCATION_RATE < 5%.
+LOW_TRUNCATION_STEPS = "rollout/forced_stop_below_5pct"
+LOW_TRUNCATION_RATE, LOW_TRUNCATION_STEPS_PAPER = 0.05, 0.90  # the paper: < 5% truncation on > 90% of steps
+
 # Stability diagnostics (provisional names): key -> (panel title, y label, instability threshold or None).
 # A run that lacks a key gets a note in the report instead of a panel line.
 DIAGNOSTICS: dict[str, tuple[str, str, float | None]] = {
-    "rollout/truncated_frac": ("Truncated responses", "fraction of samples", 0.10),
-    "rollout/interrupted_frac": ("Interrupted thinking", "fraction of samples", None),
+    TRUNCATION_RATE: ("Truncation rate (interrupted or cut)", "fraction of samples", TRUNCATION_INSTABILITY),
+    "rollout/interrupted_frac": ("Interrupted (forced answer)", "fraction of samples", None),
+    "rollout/truncated_frac": ("Cut at the length limit", "fraction of samples", None),
     "rollout/len_mean": ("Response length", "tokens (mean)", None),
     "loss/clip_frac": ("Clipped tokens (PPO-style losses)", "fraction of tokens", None),
     "loss/truncated_frac": ("Truncated IS weights (CISPO)", "fraction of tokens", None),
     "train/staleness": ("Staleness (off-policy)", "trainer steps (mean)", None),
     "train/entropy": ("Policy entropy", "nats per token", None),
 }
+# Every per-step metric the reports read from metrics records: the diagnostics, plus the step shares.
+DIAGNOSTIC_KEYS = tuple(DIAGNOSTICS) + (LOW_TRUNCATION_STEPS,)
 
 # --- MLflow (the driver's tags and the fit results written back) ----------------------------------
 TAG_PARENT = "mlflow.parentRunId"
@@ -84,8 +96,11 @@ LOO_COLUMNS = (
     "variant", "axis", "choice", "changed", "n_seeds", "n_points", "R0",
     "A", "A_lo", "A_hi", "A_seed_sd", "B", "B_fixed_A", "B_fixed_A_lo", "B_fixed_A_hi", "C_mid",
     "pred_at_target", "pred_lo", "pred_hi", "observed_at_target", "error", "within_margin",
-    "delta_A", "delta_B", "verdict", "direction", "flags",
+    "delta_A", "delta_B", "verdict", "direction", "flags", "truncation_rate", "low_truncation_steps",
 )
 # the run table (one row per job: that seed's own fit, what goes onto its MLflow run)
 RUN_COLUMNS = ("run_id", "variant", "axis", "choice", "seed", "n_points", "R0", "A", "B", "C_mid",
-               "pred_at_target", "observed_at_target", "error", "within_margin", "flags")
+               "pred_at_target", "observed_at_target", "error", "within_margin", "flags", "truncation_rate",
+               "low_truncation_steps")
+# truncation_rate: the step-weighted mean of TRUNCATION_RATE over the run(s); low_truncation_steps: the share
+# of training steps with TRUNCATION_RATE < LOW_TRUNCATION_RATE (NaN where the runs did not log them).

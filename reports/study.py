@@ -83,6 +83,8 @@ def _title_page(info: dict, records, tune_dir: Path):
         f"Base recipe    {identity['base']}; seed {identity['seed']}",
         "Space",
         *space,
+        *([f"Batch          {identity['total_batch']} samples per batch in every trial: rollout.prompts_per_batch = "
+           f"{identity['total_batch']} / G"] if identity.get("total_batch") else []),
         f"Sampler        {info['sampler']['name']} (seed {info['sampler']['seed']})",
         f"Pruner         {info['pruner']}",
         "",

@@ -122,7 +122,7 @@ def build_frames(runs: pd.DataFrame, records: Mapping[str, Iterable[dict]], budg
                                       "pass_rate": float(record[schema.PASS_RATE])})
                 else:
                     missing_compute += 1
-            diagnostics = {key: float(record[key]) for key in schema.DIAGNOSTICS if _finite(record.get(key))}
+            diagnostics = {key: float(record[key]) for key in schema.DIAGNOSTIC_KEYS if _finite(record.get(key))}
             if diagnostics:
                 diag_rows.append({**run_keys, "step": step, **diagnostics})
         if missing_compute:
@@ -132,7 +132,7 @@ def build_frames(runs: pd.DataFrame, records: Mapping[str, Iterable[dict]], budg
             notes.append(f"{run.variant} seed {run.seed} ({run.run_id}): no metrics recorded; left out of the fits")
     evals = pd.DataFrame(eval_rows, columns=list(EVAL_COLUMNS))
     evals = evals.astype({"step": "int64", "seed": "int64", "compute": "float64", "pass_rate": "float64"})
-    diag_columns = list(RUN_KEYS) + ["step"] + [k for k in schema.DIAGNOSTICS if any(k in r for r in diag_rows)]
+    diag_columns = list(RUN_KEYS) + ["step"] + [k for k in schema.DIAGNOSTIC_KEYS if any(k in r for r in diag_rows)]
     diagnostics = pd.DataFrame(diag_rows, columns=diag_columns)
     return evals.reset_index(drop=True), diagnostics.reset_index(drop=True)
 

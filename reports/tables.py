@@ -5,7 +5,8 @@
     fits.run_table   # one row per job: that seed's own fit (what goes onto its MLflow run)
     print(format_loo_table(fits.table))
 
-Protocol (SCALERL.md section 1): each curve is fitted on burn_in <= C <= fit_at with R0 the step-0
+Protocol (arXiv 2510.13786: the fit of Eq. 1, section 2, and the LOO runs' fit-then-extrapolate
+protocol of section 4): each curve is fitted on burn_in <= C <= fit_at with R0 the step-0
 evaluation, C_mid bounds derived from the window (fitting's default: first C / 100 .. last C * 100,
 in whatever unit budget.unit is), scored at target against the mean of the points within
 target * (1 +- observed_window). With several seeds the table row is the fit of the seed-mean curve
@@ -211,8 +212,44 @@ def diagnostics_table(data: SweepData, tail: float = 0.25) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["variant"] + [f"{k} {s}" for k in keys for s in ("tail", "max")])
 
 
+TRUNCATION_COLUMNS = {schema.TRUNCATION_RATE: "truncation_rate", schema.LOW_TRUNCATION_STEPS: "low_truncation_steps"}
+
+
+def truncation_sums(data: SweepData) -> pd.DataFrame:
+    """Per run_id and TRUNCATION_COLUMNS column: "<column> sum" (value x steps) and "<column> steps" (steps covered).
+
+    A metrics line averages the training steps since the run's previous line, so it weighs
+    step - previous step (the first line: its step). Lines without the key add nothing.
+    """
+    frame = data.diagnostics
+    columns = [f"{c} {part}" for c in TRUNCATION_COLUMNS.values() for part in ("sum", "steps")]
+    rows = []
+    for run_id, run in frame.groupby("run_id", sort=False):
+        run = run.sort_values("step")
+        weights = run["step"].diff().fillna(run["step"]).clip(lower=0)
+        row = {"run_id": run_id}
+        for key, column in TRUNCATION_COLUMNS.items():
+            values = run[key] if key in run.columns else pd.Series(math.nan, index=run.index)
+            present = values.notna()
+            row[f"{column} sum"] = float((values[present] * weights[present]).sum())
+            row[f"{column} steps"] = float(weights[present].sum())
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["run_id"] + columns).set_index("run_id")
+
+
+def truncation_stats(sums: pd.DataFrame, run_ids) -> dict[str, float]:
+    """truncation_rate and low_truncation_steps pooled over the steps of `run_ids` (NaN when none logged them)."""
+    chosen = sums.loc[[r for r in run_ids if r in sums.index]]
+    stats = {}
+    for column in TRUNCATION_COLUMNS.values():
+        steps = chosen[f"{column} steps"].sum() if len(chosen) else 0.0
+        stats[column] = float(chosen[f"{column} sum"].sum() / steps) if steps > 0 else math.nan
+    return stats
+
+
 def _loo_frame(fits: SweepFits) -> pd.DataFrame:
     rows, comparison = [], fits.comparison
+    sums = truncation_sums(fits.data)
     for name in fits.data.variants():
         job = fits.data.runs[fits.data.runs["variant"] == name].iloc[0]
         row = dict.fromkeys(schema.LOO_COLUMNS, math.nan)
@@ -220,6 +257,7 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                    changed=changed_axis(fits.data, name, job["axis"], job["choice"]),
                    n_seeds=int(fits.data.runs[fits.data.runs["variant"] == name]["seed"].nunique()),
                    within_margin=None, verdict="not fitted", direction="", flags="")
+        row.update(truncation_stats(sums, fits.data.runs[fits.data.runs["variant"] == name]["run_id"]))
         v = fits.variants.get(name)
         if v is not None:
             fit, boot, score = v.fit, v.boot, v.score
@@ -243,11 +281,11 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
 
 
 def _run_frame(fits: SweepFits) -> pd.DataFrame:
-    rows = []
+    rows, sums = [], truncation_sums(fits.data)
     for job in fits.data.runs.itertuples(index=False):
         row = dict.fromkeys(schema.RUN_COLUMNS, math.nan)
         row.update(run_id=job.run_id, variant=job.variant, axis=job.axis, choice=job.choice, seed=job.seed,
-                   within_margin=None, flags="not fitted")
+                   within_margin=None, flags="not fitted", **truncation_stats(sums, [job.run_id]))
         v = fits.variants.get(job.variant)
         fit = v.seed_fits.get(job.seed) if v is not None else None
         if fit is not None:
@@ -260,6 +298,10 @@ def _run_frame(fits: SweepFits) -> pd.DataFrame:
 
 
 # --- plain-text table ------------------------------------------------------------------------------
+
+TRUNCATION_NOTE = (f"share of training steps whose truncation rate (samples interrupted or cut at the length "
+                   f"limit) was below {schema.LOW_TRUNCATION_RATE:.0%}; the paper reports that for > "
+                   f"{schema.LOW_TRUNCATION_STEPS_PAPER:.0%} of ScaleRL's steps; (!) marks less.")
 
 def sig3(value: float) -> str:
     """Three significant figures, no exponent for compute-sized numbers (2542 -> 2540, 61.27 -> 61.3)."""
@@ -293,10 +335,11 @@ def table_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[str
     at = f"@{target:g}" if target else "@target"
     fixed_a = table.attrs.get("fixed_a", math.nan)
     seeds = bool(table["A_seed_sd"].notna().any())
+    truncation = "low_truncation_steps" in table.columns and bool(table["low_truncation_steps"].notna().any())
     split = "\n" if stacked else " "
     header = ["variant", "change (base -> alternative)", "A [95% CI]"] + (["A seed sd"] if seeds else []) + [
-        "B", f"B at{split}A={fmt(fixed_a, '.3f')}", "C_mid", f"pred{at}{split}[95% CI]", f"obs{at}", "error", "ok",
-        "verdict"]
+        "B", f"B at{split}A={fmt(fixed_a, '.3f')}", "C_mid", f"pred{at}{split}[95% CI]", f"obs{at}", "error", "ok"] + (
+        [f"steps{split}trunc<5%"] if truncation else []) + ["verdict"]
 
     def with_ci(value, low, high):
         return f"{fmt(value, '.3f')}{split}[{fmt(low, '.3f')}, {fmt(high, '.3f')}]" if pd.notna(value) else "-"
@@ -310,8 +353,17 @@ def table_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[str
                     + ([fmt(r["A_seed_sd"], ".3f")] if seeds else [])
                     + [fmt(r["B"], ".2f"), fmt(r["B_fixed_A"], ".2f"), sig3(r["C_mid"]),
                        with_ci(r["pred_at_target"], r["pred_lo"], r["pred_hi"]), fmt(r["observed_at_target"], ".3f"),
-                       fmt(r["error"], "+.3f"), margin_mark(r["within_margin"]), verdict_text(r, split)])
+                       fmt(r["error"], "+.3f"), margin_mark(r["within_margin"])]
+                    + ([low_truncation_text(r["low_truncation_steps"])] if truncation else [])
+                    + [verdict_text(r, split)])
     return header, rows
+
+
+def low_truncation_text(share) -> str:
+    """'97%', or '72% (!)' below the paper's > 90% of steps with truncation < 5%; '-' when not logged."""
+    if share is None or pd.isna(share):
+        return "-"
+    return f"{share:.0%}" + (" (!)" if share < schema.LOW_TRUNCATION_STEPS_PAPER else "")
 
 
 def format_loo_table(table: pd.DataFrame) -> str:
@@ -324,6 +376,8 @@ def format_loo_table(table: pd.DataFrame) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     if table.attrs.get("caption"):
         lines.insert(0, table.attrs["caption"])
+    if "low_truncation_steps" in table.columns and table["low_truncation_steps"].notna().any():
+        lines.append(f"\nsteps trunc<5%: {TRUNCATION_NOTE}")
     flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]
     if flagged:
         lines.append("\nflags (reasons not to trust a fit):")

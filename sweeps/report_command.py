@@ -2,6 +2,7 @@
 
     sweep report runs/scalerl-loo                       # report.pdf, loo_table.csv, figures, MLflow fit results
     sweep report runs/scalerl-loo -o paper/loo.pdf
+    sweep report runs/scalerl-loo --power-law           # plus the power-law baseline against each sigmoid
     sweep report --tracking-uri http://mlflow:5000 --experiment scalerl-loo -o loo.pdf   # no run directories
 """
 
@@ -21,6 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parent-run-id", help="with --tracking-uri: the sweep's parent run when there are several")
     parser.add_argument("--n-boot", type=int, default=500, help="bootstrap draws per interval (default 500)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not log fit results to the sweep's MLflow runs")
+    parser.add_argument("--power-law", action="store_true",
+                        help="add pages comparing each variant's sigmoid with a power-law fit R = A - D / C^B on the "
+                             "same window: ceilings and predictions at the target (the paper's point: a power law "
+                             "misjudges the ceiling)")
 
 
 def run(args) -> int:
@@ -41,11 +46,13 @@ def run(args) -> int:
 
             data = load_sweep_from_mlflow(args.tracking_uri, args.experiment, parent_run_id=args.parent_run_id)
             pdf = Path(args.output)
-            outputs = publish(data, pdf=pdf, csv=pdf.with_suffix(".csv"), figures_dir=None, n_boot=args.n_boot)
+            outputs = publish(data, pdf=pdf, csv=pdf.with_suffix(".csv"), figures_dir=None, n_boot=args.n_boot,
+                              power_law=args.power_law)
         else:
             if not args.sweep_dir:
                 raise UsageError("give a SWEEP_DIR, or --tracking-uri with --experiment")
-            outputs = report_sweep(args.sweep_dir, args.output, n_boot=args.n_boot, log_mlflow=not args.no_mlflow)
+            outputs = report_sweep(args.sweep_dir, args.output, n_boot=args.n_boot, log_mlflow=not args.no_mlflow,
+                                   power_law=args.power_law)
     except SweepDataError as error:
         raise UsageError(str(error)) from None
     print(outputs.text)

@@ -44,7 +44,7 @@ from sweeps.progress import PASS_RATE_KEY, compute_key, format_duration
 from sweeps.runner import Display, machine_description, sweep_job_recipe
 from sweeps.spec import base_source, output_dir
 from sweeps.state import is_done, is_locked, read_state, stop_run, write_json_atomic, write_state
-from sweeps.tune_spec import TuneSpec, trial_recipe
+from sweeps.tune_spec import TuneSpec, coupled_params, trial_recipe
 
 RUNNING, COMPLETE, PRUNED, FAILED = "running", "complete", "pruned", "failed"
 PRUNED_FILE = "pruned.json"
@@ -212,7 +212,7 @@ def distributions(spec: TuneSpec) -> dict[str, Any]:
 
 
 # What must not change between runs of one study: a trial's meaning depends on all of it.
-STUDY_IDENTITY = ("base", "overrides", "seed", "space", "objective", "budget")
+STUDY_IDENTITY = ("base", "overrides", "seed", "space", "objective", "budget", "total_batch")
 
 
 def write_tune_files(spec: TuneSpec, tune_dir: Path, storage: str) -> None:
@@ -281,7 +281,8 @@ class TuneDriver:
     def job_for(self, number: int, params: dict[str, Any]) -> Job:
         recipe = trial_recipe(self.spec, params, label=f"trial {number}")
         run_id = recipe_run_id(recipe)
-        return Job(run_id, "trial", params_label(params), self.spec.seed, recipe, self.tune_dir / "runs" / run_id)
+        label = params_label(coupled_params(self.spec, params))  # with total_batch: the prompts it derives too
+        return Job(run_id, "trial", label, self.spec.seed, recipe, self.tune_dir / "runs" / run_id)
 
     def record_for(self, number: int, params: dict[str, Any], job: Job) -> TrialRecord:
         record = self.records.get(number) or TrialRecord(number, dict(params), job.run_id)

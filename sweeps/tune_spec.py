@@ -9,6 +9,7 @@
       loss.eps_max: {type: float, low: 2.0, high: 8.0}
       rollout.samples_per_prompt: {type: int, low: 4, high: 16, step: 4}      # G
       aggregation.name: {type: categorical, choices: [prompt_mean, sample_mean]}
+    total_batch: null                # e.g. 256: samples per batch held fixed, see below
     objective: {metric: pred_at_target, direction: maximize}   # or A, or B
     budget: {unit: device_seconds, burn_in: 0, fit_at: 150, target: 300}
     trials: 12                       # trials in the study, counting pruned and failed ones
@@ -23,6 +24,13 @@
 A trial trains its recipe until `budget.fit_at` and its objective comes from the sigmoid fit of that
 curve: `pred_at_target` is the fit's pass rate at `budget.target` (the compute the study is about),
 `A` its asymptote, `B` its efficiency exponent. Spending past fit_at would not change the objective.
+
+With `total_batch: N` the batch holds N samples in every trial: a trial with G samples per prompt
+(`rollout.samples_per_prompt`, which must then be in `space`) trains on rollout.prompts_per_batch =
+N / G prompts, as the paper varies G at a fixed total batch (arXiv 2510.13786, its 8/16/24/32
+generations per prompt at batch 768). N must be divisible by every G the space allows, and
+rollout.prompts_per_batch is then set by it alone (not in `space` or `overrides`). Without it
+(null), prompts per batch stay at the base's value and the batch grows with G.
 
 Every problem fails before any trial runs, naming the key path and the fix: an unknown parameter
 path, an empty or inverted range, a type that does not fit the recipe field, a value the recipe
@@ -48,6 +56,7 @@ from sweeps.spec import (BudgetSpec, ExecutorSpec, TrackingSpec, base_source, ch
                          read_spec_file, with_root)
 
 OBJECTIVES = ("pred_at_target", "A", "B")
+G_PATH, PROMPTS_PATH = "rollout.samples_per_prompt", "rollout.prompts_per_batch"  # total_batch couples them
 DIRECTIONS = ("maximize", "minimize")
 SAMPLERS = ("tpe", "random")
 PARAM_TYPES = ("float", "int", "categorical")
@@ -100,6 +109,7 @@ class TuneSpec:
     tracking: TrackingSpec = dataclasses.field(default_factory=TrackingSpec)
     storage: Optional[str] = None
     output_dir: Optional[str] = None
+    total_batch: Optional[int] = None  # samples per batch held fixed: prompts_per_batch = total_batch / G
     # Where a relative `base` recipe path is resolved from (set to the spec file's folder).
     root: str = "."
 
@@ -136,10 +146,17 @@ def params_layer(params: Mapping[str, Any]) -> dict[str, Any]:
     return layer
 
 
+def coupled_params(spec: TuneSpec, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's parameters plus what total_batch derives from them: prompts_per_batch = total_batch / G."""
+    if spec.total_batch is None or G_PATH not in params:
+        return dict(params)
+    return {**params, PROMPTS_PATH: spec.total_batch // params[G_PATH]}
+
+
 def trial_recipe(spec: TuneSpec, params: Mapping[str, Any], label: str = "trial") -> RecipeConfig:
-    """The recipe a trial trains: base <- overrides <- the trial's parameters <- the study's seed."""
+    """The recipe a trial trains: base <- overrides <- the trial's parameters (coupled) <- the study's seed."""
     layers = [("overrides", spec.overrides)] if spec.overrides else []
-    layers += [(label, params_layer(params)), ("seed", {"seed": spec.seed})]
+    layers += [(label, params_layer(coupled_params(spec, params))), ("seed", {"seed": spec.seed})]
     return compose_recipe(base_source(spec), layers)
 
 
@@ -239,6 +256,42 @@ def check_trial_cores(spec: TuneSpec, recipe: RecipeConfig, label: str) -> None:
     check_cores(spec, Job("", "trial", label, spec.seed, recipe, Path(".")))
 
 
+def param_values(param: ParamSpec) -> list[Any]:
+    """Every value an int or categorical parameter can take (a float range has no finite list)."""
+    if param.type == "categorical":
+        return list(param.choices)
+    return list(range(int(param.low), int(param.high) + 1, int(param.step or 1)))
+
+
+def check_total_batch(spec: TuneSpec, params: list[ParamSpec]) -> None:
+    """total_batch needs G in the space, owns prompts_per_batch, and must be divisible by every G."""
+    total = spec.total_batch
+    if total is None:
+        return
+    if total < 2:
+        raise ConfigError(f"total_batch: got {total}, expected an integer >= 2 (samples per batch), or null")
+    if PROMPTS_PATH in spec.space:
+        raise ConfigError(f"space.{PROMPTS_PATH}: total_batch sets it (total_batch / G); remove it from space, "
+                          "or remove total_batch")
+    if PROMPTS_PATH in flatten_config(spec.overrides):
+        raise ConfigError(f"overrides.{PROMPTS_PATH}: total_batch sets it (total_batch / G); remove it from "
+                          "overrides, or remove total_batch")
+    g = next((param for param in params if param.path == G_PATH), None)
+    if g is None:
+        raise ConfigError(f"total_batch: holds prompts x G at {total} as G varies, but {G_PATH} is not in space; "
+                          "add it to space, or remove total_batch")
+    if g.type == "float":
+        return  # refused by the recipe check: G is an integer
+    values = [v for v in param_values(g) if isinstance(v, int) and not isinstance(v, bool)]
+    bad = [v for v in values if v <= 0 or total % v]
+    if bad:
+        divisors = [v for v in range(2, total + 1) if total % v == 0 and min(values) <= v <= max(values)]
+        raise ConfigError(f"total_batch: {total} is not divisible by {G_PATH} = {', '.join(map(str, bad))} "
+                          f"(allowed by space.{G_PATH}); every G must divide total_batch so that each trial "
+                          f"has total_batch / G prompts: e.g. {G_PATH}: {{type: categorical, choices: {divisors}}}, "
+                          "or another total_batch")
+
+
 def check_tune_values(spec: TuneSpec) -> None:
     check_name(spec.name)
     check_budget(spec.budget)
@@ -266,6 +319,7 @@ def check_tune_values(spec: TuneSpec) -> None:
     except ConfigError as error:
         raise ConfigError(f"base/overrides: {error}") from None
     check_trial_cores(spec, base, "base")
+    check_total_batch(spec, params)
     base_flat = flatten_config(to_dict(base))
     for param in params:
         check_param_against_recipe(param, base_flat, spec)

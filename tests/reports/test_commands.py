@@ -25,6 +25,16 @@ def test_report_writes_table_pdf_and_figures_and_prints_the_table(tmp_path, caps
         "curves.png", "deltas.png", "diagnostics.png", "fixed_a_slopes.png", "variants.png"]
 
 
+def test_report_power_law_adds_the_comparison_pages(tmp_path, capsys):
+    sweep_dir = make_sweep(tmp_path, variants=("base",))
+    pdf = tmp_path / "with-power-law.pdf"
+    assert main(["report", str(sweep_dir), "--n-boot", "20", "--power-law", "-o", str(pdf)]) == 0
+    assert "power_law.png" in {p.name for p in (sweep_dir / schema.FIGURES_DIR).iterdir()}
+    assert pdf.stat().st_size > 10_000
+    # the LOO table itself is the same with or without the comparison
+    assert list(pd.read_csv(sweep_dir / schema.LOO_TABLE_FILE).columns) == list(schema.LOO_COLUMNS)
+
+
 def test_report_usage_errors_exit_2_with_one_line(tmp_path, capsys):
     assert main(["report"]) == 2
     assert "give a SWEEP_DIR, or --tracking-uri" in capsys.readouterr().err

@@ -39,6 +39,15 @@ def test_page_count_and_order(rendered, sweep_fits):
     assert page_names(sweep_fits) == EXPECTED_PAGES
 
 
+def test_the_power_law_pages_come_only_when_asked(sweep_fits):
+    pages = report_pages(sweep_fits, power_law=True)
+    for _, fig in pages:
+        plt.close(fig)
+    at = EXPECTED_PAGES.index("deltas") + 1
+    assert [name for name, _ in pages] == EXPECTED_PAGES[:at] + ["power_law", "power_law_table"] + EXPECTED_PAGES[at:]
+    assert "power_law" in FIGURES  # saved as PNG like the other figures
+
+
 def test_every_figure_page_carries_a_drawing(rendered):
     _, pages, figure_pngs = rendered
     for index, name in enumerate(EXPECTED_PAGES):
@@ -73,7 +82,7 @@ def _undrawn_texts(fig) -> set:
 
 
 def test_text_is_at_least_9_points_and_inside_the_page(sweep_fits):
-    for name, fig in report_pages(sweep_fits):
+    for name, fig in report_pages(sweep_fits, power_law=True):  # every page, the optional ones included
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()
         page = fig.bbox

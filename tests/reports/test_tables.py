@@ -108,3 +108,53 @@ def test_diagnostics_table_tail_means_and_maxima(sweep_fits):
     assert summary.loc["base", "rollout/len_mean tail"] == pytest.approx(tail)
     assert summary.loc["base", "train/entropy max"] == pytest.approx(base["train/entropy"].max())
     assert pd.isna(summary.loc["loss=dapo", "rollout/interrupted_frac tail"])
+
+
+def test_truncation_statistics_weigh_each_line_by_the_steps_it_covers():
+    from types import SimpleNamespace
+
+    from reports.sweep_data import Budget, build_frames, runs_frame
+    from reports.tables import truncation_stats, truncation_sums
+
+    runs = runs_frame([{"run_id": r, "variant": "base", "axis": "base", "choice": "base", "seed": s}
+                       for r, s in (("a", 0), ("b", 1), ("old", 2))])
+    budget = Budget("steps", 0.0, 10.0, 20.0, None)
+    key, low = schema.TRUNCATION_RATE, schema.LOW_TRUNCATION_STEPS
+    records = {
+        # run a: step 0 is evaluation only; line 10 averages steps 1-10, line 30 steps 11-30
+        "a": [{"step": 0, "eval/pass_rate": 0.1}, {"step": 10, key: 0.02, low: 1.0},
+              {"step": 30, key: 0.08, low: 0.5}],
+        "b": [{"step": 10, key: 0.20, low: 0.0}],
+        "old": [{"step": 10, "rollout/truncated_frac": 0.3}],  # logged before the truncation rate existed
+    }
+    _, diagnostics = build_frames(runs, records, budget, [])
+    sums = truncation_sums(SimpleNamespace(diagnostics=diagnostics))
+    # a: rate (0.02 x 10 + 0.08 x 20) / 30 = 0.06; steps under 5%: (1.0 x 10 + 0.5 x 20) / 30 = 2/3
+    assert truncation_stats(sums, ["a"]) == pytest.approx({"truncation_rate": 0.06, "low_truncation_steps": 2 / 3})
+    # a and b pooled over their 40 steps: (1.8 + 2.0) / 40 and (20 + 0) / 40
+    assert truncation_stats(sums, ["a", "b"]) == pytest.approx({"truncation_rate": 0.095, "low_truncation_steps": 0.5})
+    assert all(math.isnan(v) for v in truncation_stats(sums, ["old"]).values())
+
+
+def test_the_table_reports_the_share_of_steps_under_5_percent_truncation(sweep_fits):
+    table = sweep_fits.table.set_index("variant")
+    # synthetic truncation rates: DAPO about 0.02 (never >= 5%), base about 0.04 (sometimes), fp32-off about 0.14
+    assert table.loc["loss=dapo", "low_truncation_steps"] == 1.0
+    assert table.loc["precision=fp32_head=false", "low_truncation_steps"] == 0.0
+    assert 0.5 < table.loc["base", "low_truncation_steps"] < 0.9
+    assert table.loc["precision=fp32_head=false", "truncation_rate"] == pytest.approx(0.14, abs=0.01)
+    runs = sweep_fits.run_table.set_index("variant")
+    assert runs.loc["loss=dapo", "low_truncation_steps"] == 1.0  # one seed: the job's share is the variant's
+    text = format_loo_table(sweep_fits.table)
+    base = next(line for line in text.splitlines() if line.startswith("base "))
+    dapo = next(line for line in text.splitlines() if line.startswith("loss=dapo "))
+    assert re.search(r"\s\d\d% \(!\)\s", base) and re.search(r"\s100%\s", dapo) and "(!)" not in dapo
+    assert "steps trunc<5%: share of training steps whose truncation rate" in text
+
+
+def test_the_instability_threshold_is_on_the_truncation_rate(sweep_fits):
+    thresholds = {key: spec[2] for key, spec in schema.DIAGNOSTICS.items() if spec[2] is not None}
+    assert thresholds == {schema.TRUNCATION_RATE: 0.10}
+    summary = diagnostics_table(sweep_fits.data).set_index("variant")
+    assert summary.loc["precision=fp32_head=false", f"{schema.TRUNCATION_RATE} tail"] > 0.10
+    assert summary.loc["base", f"{schema.TRUNCATION_RATE} tail"] < 0.10

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from components.registry import ConfigError
+from recipe.config import run_id
 from sweeps.cli import main
 from sweeps.tune_spec import load_tune_spec, params_layer, trial_recipe
 
@@ -101,3 +102,53 @@ def test_trial_parameters_compose_into_the_recipe(tmp_path):
     assert recipe.loss["name"] == "dapo" and recipe.optimizer.lr == 2e-4
     # component names are applied before parameters of the same axis
     assert list(params_layer({"loss.eps_high": 0.3, "loss.name": "dapo"})["loss"]) == ["name", "eps_high"]
+
+
+FIXED_BATCH = {"total_batch": 256,
+               "space": {"optimizer.lr": {"type": "float", "low": 1.0e-5, "high": 3.0e-4, "log": True},
+                         "rollout.samples_per_prompt": {"type": "categorical", "choices": [4, 8, 16]}}}
+
+
+def test_total_batch_holds_prompts_times_g_fixed_as_g_varies(tmp_path):
+    spec = load_tune_spec(write(tmp_path, **FIXED_BATCH))
+    ids = set()
+    for g in (4, 8, 16):
+        recipe = trial_recipe(spec, {"optimizer.lr": 1e-4, "rollout.samples_per_prompt": g})
+        # the paper's protocol: G varies, the batch of prompts x G samples does not
+        assert (recipe.rollout.samples_per_prompt, recipe.rollout.prompts_per_batch) == (g, 256 // g)
+        again = trial_recipe(spec, {"optimizer.lr": 1e-4, "rollout.samples_per_prompt": g})
+        assert run_id(again) == run_id(recipe)  # the same parameters land in the same run directory (resume)
+        ids.add(run_id(recipe))
+    assert len(ids) == 3
+    # Without total_batch, prompts per batch stay at the base's 32 and the batch grows with G.
+    free = load_tune_spec(write(tmp_path, space=FIXED_BATCH["space"]))
+    assert free.total_batch is None
+    assert trial_recipe(free, {"optimizer.lr": 1e-4, "rollout.samples_per_prompt": 16}).rollout.prompts_per_batch == 32
+
+
+def test_the_shipped_tune_spec_varies_g_at_a_fixed_batch():
+    spec = load_tune_spec(REPO / "sweeps" / "tune.yaml")
+    assert spec.total_batch is not None
+    choices = spec.space["rollout.samples_per_prompt"]["choices"]
+    assert len(choices) >= 2
+    for g in choices:
+        rollout = trial_recipe(spec, {"optimizer.lr": 1e-4, "rollout.samples_per_prompt": g}).rollout
+        assert rollout.prompts_per_batch * rollout.samples_per_prompt == spec.total_batch
+
+
+@pytest.mark.parametrize("changes, message", [
+    # 12 is in the int range 4..16 step 4 but does not divide 256; the fix lists the divisors in range
+    ({"space": GOOD["space"]}, r"total_batch: 256 is not divisible by rollout\.samples_per_prompt = 12 .*"
+                               r"choices: \[4, 8, 16\]"),
+    ({"space": {"optimizer.lr": GOOD["space"]["optimizer.lr"]}},
+     r"total_batch: .* rollout\.samples_per_prompt is not in space"),
+    ({"space": {**FIXED_BATCH["space"], "rollout.prompts_per_batch": {"type": "int", "low": 8, "high": 64}}},
+     r"space\.rollout\.prompts_per_batch: total_batch sets it"),
+    ({"overrides": {"rollout": {"prompts_per_batch": 16}}},
+     r"overrides\.rollout\.prompts_per_batch: total_batch sets it"),
+    ({"total_batch": 1}, r"total_batch: got 1, expected an integer >= 2"),
+    ({"total_batch": "big"}, r"total_batch: got 'big'"),
+])
+def test_a_total_batch_that_cannot_hold_fails_naming_the_key(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=message):
+        load_tune_spec(write(tmp_path, **{**FIXED_BATCH, **changes}))

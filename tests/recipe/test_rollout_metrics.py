@@ -1,0 +1,42 @@
+"""The rollout metrics assemble_minibatch logs per step, hand-derived on a batch of 2 prompts x 4 samples."""
+
+import pytest
+import torch
+
+from recipe.generator import Rollout
+from recipe.loop import Samples, assemble_minibatch, build_components
+from recipe.scalerl import SCALERL
+
+
+def samples(truncated: list[bool], interrupted: list[bool]) -> Samples:
+    """2 prompts x G = 4 samples of 3 response tokens; rewards +1 / -1 alternate so no group is filtered."""
+    B, T, P = len(truncated), 3, 2
+    rollout = Rollout(input_ids=torch.zeros(B, P + T, dtype=torch.long), attention_mask=torch.ones(B, P + T),
+                      prompt_width=P, loss_mask=torch.ones(B, T, dtype=torch.bool), old_logprobs=torch.zeros(B, T),
+                      lengths=torch.full((B,), T), truncated=torch.tensor(truncated),
+                      interrupted=torch.tensor(interrupted), versions=torch.zeros(B, T, dtype=torch.long))
+    correct = torch.tensor([True, False] * (B // 2))
+    return Samples([0, 1], rollout, correct, torch.where(correct, 1.0, -1.0), seconds=0.0)
+
+
+def metrics(truncated, interrupted) -> dict[str, float]:
+    c = build_components(SCALERL)
+    c.curriculum.reset(2, 0)
+    return assemble_minibatch(samples(truncated, interrupted), c).metrics
+
+
+def test_the_truncation_rate_counts_each_forcibly_stopped_sample_once():
+    # cut: samples 0, 1; interrupted: samples 1, 2 (sample 1 both: interrupted, then out of answer budget)
+    m = metrics([True, True, False, False, False, False, False, False],
+                [False, True, True, False, False, False, False, False])
+    assert m["rollout/truncated_frac"] == pytest.approx(2 / 8)
+    assert m["rollout/interrupted_frac"] == pytest.approx(2 / 8)
+    assert m["rollout/forced_stop_frac"] == pytest.approx(3 / 8)  # the union, not 4 / 8
+    assert m["rollout/forced_stop_below_5pct"] == 0.0
+
+
+def test_a_step_under_5_percent_truncation_counts_as_one():
+    # 0 of 8 stopped: below 5%; the Averager's mean of these 1 / 0 values is the share of such steps
+    assert metrics([False] * 8, [False] * 8)["rollout/forced_stop_below_5pct"] == 1.0
+    # 1 of 8 = 12.5%: not below
+    assert metrics([True] + [False] * 7, [False] * 8)["rollout/forced_stop_below_5pct"] == 0.0
