@@ -143,7 +143,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "optimizer.weight_decay": (0, math.inf, True), "optimizer.eps": (0, math.inf, False),
     "optimizer.beta1": (0, 1, True), "optimizer.beta2": (0, 1, True), "optimizer.grad_clip": (0, math.inf, False),
     "optimizer.micro_batch_size": (0, math.inf, True),
-    "eval.every_steps": (1, math.inf, True), "eval.num_prompts": (1, math.inf, True),
+    "eval.every_steps": (1, math.inf, True), "eval.points_per_doubling": (0, math.inf, True),
+    "eval.num_prompts": (1, math.inf, True),
     "eval.samples_per_prompt": (1, math.inf, True), "checkpoint.every_steps": (1, math.inf, True),
     "max_steps": (0, math.inf, True),
 }

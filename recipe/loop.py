@@ -5,8 +5,9 @@ samples G responses each (B = P G sequences) and records behaviour logprobs; the
 them (+1 / -1), length control shapes the rewards, the batch filter drops groups and the advantage
 normalization scales the rest. k such minibatches are generated before any weight changes, then
 the trainer takes k optimizer steps on them in order (minibatch j is j steps stale; k = 1 is
-on-policy). Every eval.every_steps steps the validation pass rate is logged with the compute spent;
-at the first round boundary past every checkpoint.every_steps steps the run is checkpointed.
+on-policy). At each evaluation step (evenly spaced in log steps, recipe.evaluation.evaluation_steps)
+the validation pass rate is logged with the compute spent; at the first round boundary past every
+checkpoint.every_steps steps the run is checkpointed.
 
 Rerunning on the same run directory resumes from its checkpoint and continues bit-identically.
 Run it as `sweep train RECIPE.yaml [key=value ...]`.
@@ -27,7 +28,7 @@ from recipe.advantages import filter_and_normalize
 from recipe.checkpoint import load_checkpoint, save_checkpoint
 from recipe.compute import ComputeMeter, ModelShape
 from recipe.config import RecipeConfig, resolved_yaml, run_id, to_dict
-from recipe.evaluation import evaluate, score
+from recipe.evaluation import evaluate, evaluation_steps, score
 from recipe.generator import Rollout, generate
 from recipe.model import load_model_dir
 from recipe.tasks import build_task
@@ -122,6 +123,8 @@ def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:
         batch = TrainBatch(select_rows(rollout, rows.to(device)), advantages[rows].to(device), group_ids[rows].to(device),
                            version=-1)  # the trainer's version is set when it trains on the batch
     real_prompt = rollout.attention_mask[:, : rollout.prompt_width].sum(dim=1).cpu()
+    # The paper's truncation rate: samples forcibly stopped, by the interruption or by the length limit.
+    forced_stop_frac = float((rollout.truncated | rollout.interrupted).float().mean())
     metrics = {
         "rollout/pass_rate": float(correct.float().mean()),
         "rollout/reward_mean": float(rewards.mean()),
@@ -129,6 +132,9 @@ def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:
         "rollout/len_max": float(lengths.max()),
         "rollout/truncated_frac": float(rollout.truncated.float().mean()),
         "rollout/interrupted_frac": float(rollout.interrupted.float().mean()),
+        "rollout/forced_stop_frac": forced_stop_frac,
+        # 1 or 0 per step, so its mean between evaluations is the share of steps with truncation < 5%.
+        "rollout/forced_stop_below_5pct": float(forced_stop_frac < 0.05),
         "rollout/kept_group_frac": float(keep.view(P, G)[:, 0].float().mean()),
         "rollout/kept_sample_frac": float(keep.float().mean()),
     }
@@ -242,6 +248,7 @@ class Run:
         self.eval_kwargs = dict(precision=self.c.precision, length_control=self.c.length_control, eval_cfg=cfg.eval,
                                 max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
                                 seed=cfg.seed, batch_size=cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt)
+        self.eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
         self.step = self.last_checkpoint = 0
         self.extra: dict = {}
         checkpoint = load_checkpoint(self.run_dir)
@@ -274,7 +281,7 @@ class Run:
         return record
 
     def eval_due(self) -> bool:
-        return self.step % self.cfg.eval.every_steps == 0 or self.step == self.cfg.max_steps
+        return self.step in self.eval_steps
 
     def checkpoint_due(self) -> bool:
         return self.step - self.last_checkpoint >= self.cfg.checkpoint.every_steps or self.step == self.cfg.max_steps

@@ -1,6 +1,6 @@
 """Typed settings of a training run that are not ablation axes: model, warm start, task, rollout,
 optimizer, evaluation, checkpointing, tracking. Frozen dataclasses, torch-free (the sweep planner
-imports them). Every default is the embedded CPU testbed's (see shared/TESTBED.md)."""
+imports them). Every default is the embedded CPU testbed's (README: "The embedded testbed")."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class ModelConfig:
 class WarmStartConfig:
     # Supervised "noisy teacher" phase for the embedded model: each target is the correct column sum
     # with probability teacher_correct_prob, else the same method forgetting every carry, so RL starts
-    # from a low pass rate with the right method already in the model (TESTBED.md). Cached on disk by
+    # from a low pass rate with the right method already in the model (recipe/warm_start.py). Cached on disk by
     # a hash of this section + model + task digits; `cache_dir` None: $SCALERL_CACHE or ~/.cache/scalerl-sweep.
     steps: int = 1000
     batch_size: int = 128
@@ -85,8 +85,12 @@ class OptimizerConfig:
 @dataclass(frozen=True)
 class EvalConfig:
     # Validation pass rate mean@samples_per_prompt (temperature sampling) and greedy pass@1, on the
-    # first num_prompts validation prompts, at step 0 and every every_steps steps.
-    every_steps: int = 5
+    # first num_prompts validation prompts. When: recipe.evaluation.evaluation_steps. Spaced evenly in
+    # log steps (points_per_doubling points per doubling of the step count; the fit works in log
+    # compute, so early points are as informative as late ones), the gap never above every_steps;
+    # points_per_doubling 0: every every_steps steps.
+    every_steps: int = 20
+    points_per_doubling: int = 3
     num_prompts: int = 128
     samples_per_prompt: int = 4
     greedy: bool = True

@@ -33,7 +33,7 @@ def tiny_override_list(model_dir, run_steps: int = 8) -> list[str]:
         "task.train_size=256", "task.validation_size=32", "task.min_digits=1", "task.max_digits=2",
         "rollout.prompts_per_batch=4", "rollout.samples_per_prompt=4", "rollout.max_new_tokens=12",
         "length_control.min_thinking=6", "length_control.max_thinking=8", "length_control.answer_budget=4",
-        "eval.every_steps=4", "eval.num_prompts=8", "eval.samples_per_prompt=2",
+        "eval.every_steps=4", "eval.points_per_doubling=0", "eval.num_prompts=8", "eval.samples_per_prompt=2",
         "checkpoint.every_steps=4",
         # The synchronous schedule: deterministic, so tests can compare runs exactly (PipelineRL's
         # own tests opt in with off_policy=pipeline_rl).

@@ -111,3 +111,21 @@ def test_jsonl_task_trains_through_the_same_path(tiny_recipe, tmp_path):
     records = train(cfg, tmp_path / "run")
     assert [r["step"] for r in records] == [0, 4]
     assert math.isfinite(records[-1]["train/loss"])
+
+
+def test_evaluation_steps_are_log_spaced_with_a_capped_gap():
+    from recipe.evaluation import evaluation_steps
+
+    steps = sorted(evaluation_steps(every_steps=20, points_per_doubling=3, max_steps=340))
+    # Hand-computed: gaps floor(s (2^(1/3) - 1)) = floor(0.26 s), at least 1, at most 20.
+    assert steps[:19] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 18, 22, 27, 34, 42, 52, 65]
+    assert steps[19:23] == [81, 101, 121, 141] and steps[-1] == 340
+    assert sum(step <= 150 for step in steps) == 23  # >= 20 points before the testbed's 90%-of-gain step
+    assert sorted(evaluation_steps(every_steps=5, points_per_doubling=0, max_steps=12)) == [0, 5, 10, 12]
+
+
+def test_a_run_evaluates_at_the_scheduled_steps(tiny_recipe, tmp_path):
+    cfg = tiny_recipe("eval.every_steps=4", "eval.points_per_doubling=2", run_steps=14)
+    records = train(cfg, tmp_path / "run")
+    # gaps floor(s (sqrt(2) - 1)) clipped to [1, 4]: 0 1 2 3 4 5 7 9 12 14(end)
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4, 5, 7, 9, 12, 14]

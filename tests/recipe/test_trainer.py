@@ -134,8 +134,8 @@ def test_shared_prompt_prefix_gives_the_full_row_logprobs_and_gradients(tiny_mod
     mask = rollout.loss_mask
     reference = full_row_logprobs(model, rollout)
     shared, _ = sequence_logprobs(model, precision, rollout.input_ids, rollout.attention_mask, rollout.prompt_width)
-    assert float((shared - reference)[mask].abs().max()) < 1e-5
-    assert float((rollout.old_logprobs - reference)[mask].abs().max()) < 1e-5  # the generator shares its prefill too
+    assert float((shared - reference).detach()[mask].abs().max()) < 1e-5
+    assert float((rollout.old_logprobs - reference).detach()[mask].abs().max()) < 1e-5  # the generator shares its prefill too
 
     weights = torch.linspace(-1, 1, mask.numel()).view_as(mask) * mask  # an arbitrary loss over sampled tokens
     gradients = []

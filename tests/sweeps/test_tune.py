@@ -41,6 +41,7 @@ def tiny_overrides(model_dir) -> dict:
         else:
             overrides[key] = layer[key]
     overrides["eval"]["every_steps"] = 2
+    overrides["eval"]["points_per_doubling"] = 0
     overrides["checkpoint"]["every_steps"] = 2
     return overrides
 
@@ -190,3 +191,51 @@ def test_a_pruned_trial_is_stopped_told_pruned_and_reported(tmp_path, tiny_model
     # a rerun keeps the decision
     assert main(["tune", str(spec)]) == 0
     assert [trial.state.name for trial in load_study(out).get_trials()] == ["COMPLETE", "PRUNED"]
+
+
+def fixed_batch_spec(tmp_path, total_batch):
+    """A study over G at a fixed total batch, on the base recipe (loaded only: nothing trains)."""
+    from sweeps.tune_spec import load_tune_spec
+
+    path = tmp_path / f"tune-{total_batch}.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "fixed-batch", "trials": 2, "total_batch": total_batch,
+        "space": {"optimizer.lr": {"type": "float", "low": 1e-5, "high": 3e-4, "log": True},
+                  "rollout.samples_per_prompt": {"type": "categorical", "choices": [4, 8, 16]}},
+        "budget": {"unit": "device_seconds", "fit_at": 150, "target": 300},
+        "output_dir": str(tmp_path / "out")}))
+    return load_tune_spec(path)
+
+
+def test_fixed_batch_trials_resume_in_their_run_dirs_and_a_changed_total_batch_is_refused(tmp_path):
+    from types import SimpleNamespace
+
+    import matplotlib.pyplot as plt
+
+    from components.registry import ConfigError
+    from reports.study import _title_page
+    from sweeps.tune import TuneDriver, write_tune_files
+
+    spec, out = fixed_batch_spec(tmp_path, 256), tmp_path / "out"
+    driver = SimpleNamespace(spec=spec, tune_dir=out)  # job_for reads only these two
+    jobs = {g: TuneDriver.job_for(driver, 0, {"optimizer.lr": 1e-4, "rollout.samples_per_prompt": g}) for g in (4, 16)}
+    assert jobs[4].recipe.rollout.prompts_per_batch == 64 and jobs[16].recipe.rollout.prompts_per_batch == 16
+    assert "rollout.prompts_per_batch=64" in jobs[4].choice  # the label shows the derived prompts
+    # A relaunched trial (same parameters, e.g. after the driver died) gets the same run directory.
+    again = TuneDriver.job_for(driver, 0, {"optimizer.lr": 1e-4, "rollout.samples_per_prompt": 4})
+    assert again.run_dir == jobs[4].run_dir != jobs[16].run_dir
+
+    write_tune_files(spec, out, "sqlite:///unused.db")
+    write_tune_files(spec, out, "sqlite:///unused.db")  # the same study: accepted
+    page = _title_page(json.loads((out / "tune.json").read_text()), [], out)  # the study report says so
+    assert "rollout.prompts_per_batch = 256 / G" in " ".join(text.get_text() for text in page.texts)
+    plt.close(page)
+    with pytest.raises(ConfigError, match=r"total_batch: differ from the study already in"):
+        write_tune_files(fixed_batch_spec(tmp_path, 512), out, "sqlite:///unused.db")
+    # A study written before total_batch existed (no key in its identity) resumes under a spec without it.
+    tune_file = out / "tune.json"
+    frozen = json.loads(tune_file.read_text())
+    del frozen["identity"]["total_batch"]
+    tune_file.write_text(json.dumps(frozen))
+    write_tune_files(fixed_batch_spec(tmp_path, None), out, "sqlite:///unused.db")
+    assert json.loads(tune_file.read_text())["identity"]["total_batch"] is None

@@ -7,7 +7,7 @@ TINY_JOB_OVERRIDES = """\
   warm_start: {steps: 20, batch_size: 16}
   task: {train_size: 64, validation_size: 16}
   rollout: {prompts_per_batch: 4, samples_per_prompt: 4}
-  eval: {every_steps: 2, num_prompts: 8, samples_per_prompt: 2}
+  eval: {every_steps: 2, points_per_doubling: 0, num_prompts: 8, samples_per_prompt: 2}
   off_policy: {name: ppo_off_policy, k: 2}
   checkpoint: {every_steps: 2}
 """
