@@ -18,6 +18,8 @@ from sweeps.spec import SweepSpec
 from sweeps.state import DONE, FAILED, PENDING, RUNNING, is_done, is_locked, read_state
 
 PASS_RATE_KEY = "eval/pass_rate"
+# The run's own clock (recipe.compute.ComputeMeter): generation + training, and evaluation.
+WALL_KEY, EVALUATION_KEY = "compute/wall_seconds", "compute/evaluation_seconds"
 TAIL_BYTES = 65536
 
 
@@ -40,35 +42,35 @@ class JobProgress:
     phase: dict | None = None  # before the first evaluation: what the job is doing (e.g. building the warm start)
 
 
-def last_eval(run_dir: Path, unit: str) -> tuple[float, float | None, float | None, float | None]:
-    """(compute, pass rate, first line's time, last eval's time) from the end of metrics.jsonl."""
+def last_eval(run_dir: Path, unit: str) -> tuple[float, float | None, float | None]:
+    """(compute, pass rate, the run's own seconds so far) of the last evaluation in metrics.jsonl.
+
+    The seconds are the run's clock as its compute meter keeps it (generation + training wall-clock
+    plus evaluation; checkpointed, so a resumed run continues it), which makes the ETA independent of
+    start-up, waits in a queue and earlier attempts.
+    """
     path = run_dir / "metrics.jsonl"
     if not path.exists():
-        return 0.0, None, None, None
+        return 0.0, None, None
     with open(path, "rb") as handle:
-        first_line = handle.readline()
         handle.seek(0, 2)
         size = handle.tell()
         handle.seek(max(0, size - TAIL_BYTES))
         tail = handle.read().decode(errors="replace").splitlines()
-    first_time = None
-    try:
-        first_time = json.loads(first_line).get("time")
-    except json.JSONDecodeError:
-        pass
     for line in reversed(tail):
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # the first (cut) or last (being written) line of the tail
         if PASS_RATE_KEY in record:
-            return float(record.get(compute_key(unit), 0.0)), float(record[PASS_RATE_KEY]), first_time, record.get("time")
-    return 0.0, None, first_time, None
+            seconds = record.get(WALL_KEY, 0.0) + record.get(EVALUATION_KEY, 0.0)
+            return float(record.get(compute_key(unit), 0.0)), float(record[PASS_RATE_KEY]), seconds
+    return 0.0, None, None
 
 
 def job_progress(spec: SweepSpec, sweep_dir: Path, job: Job) -> JobProgress:
     state = read_state(sweep_dir, job.run_id)
-    compute, pass_rate, first_time, last_time = last_eval(job.run_dir, spec.budget.unit)
+    compute, pass_rate, seconds = last_eval(job.run_dir, spec.budget.unit)
     if is_done(job.run_dir):
         status = DONE
     elif is_locked(job.run_dir):
@@ -81,8 +83,8 @@ def job_progress(spec: SweepSpec, sweep_dir: Path, job: Job) -> JobProgress:
                            log_path=state.log_path, launcher_id=state.launcher_id,
                            phase=read_phase(job.run_dir) if status == RUNNING else None)
     target = spec.budget.target
-    if status == RUNNING and first_time and last_time and 0 < compute < target:
-        progress.eta_seconds = (last_time - first_time) * (target - compute) / compute
+    if status == RUNNING and seconds and 0 < compute < target:
+        progress.eta_seconds = seconds * (target - compute) / compute
     return progress
 
 

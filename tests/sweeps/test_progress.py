@@ -37,3 +37,22 @@ def test_a_phase_is_shown_only_while_the_job_runs(tmp_path):
     write_phase(job.run_dir, "warm start", 10, 1000)  # left by a job that was killed
     row = job_progress(SPEC, tmp_path, job)
     assert row.status == "pending" and format_state(row) == "pending"
+
+
+def test_the_eta_comes_from_the_runs_own_clock(tmp_path):
+    import fcntl
+    import json
+
+    job = make_job(tmp_path / "run")
+    job.run_dir.mkdir()
+    records = [{"step": 0, "eval/pass_rate": 0.1, "compute/device_seconds": 0.0, "compute/wall_seconds": 0.0,
+                "compute/evaluation_seconds": 1.0},
+               {"step": 40, "eval/pass_rate": 0.5, "compute/device_seconds": 100.0, "compute/wall_seconds": 50.0,
+                "compute/evaluation_seconds": 10.0}]
+    (job.run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with open(job.run_dir / LOCK_FILE, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        row = job_progress(SPEC, tmp_path, job)
+    # 60 s of the run's clock bought 100 of 300 device-seconds: 200 more take 120 s.
+    assert row.compute == 100.0 and row.pass_rate == 0.5 and row.eta_seconds == 120.0
+    assert format_progress(SPEC, [row]).splitlines()[1].rstrip().endswith("2m00s")
