@@ -249,9 +249,11 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     fields = [field.name for field in dataclasses.fields(RecipeConfig)]
     not_names = [key for key in data if not (isinstance(key, str) and key.replace(".", "_").isidentifier())]
     if not_names or (len(data) >= 2 and not any(key in fields for key in data)):
-        found = ", ".join(short_key(key) for key in list(data)[:5]) + (", ..." if len(data) > 5 else "")
-        raise ConfigError(f"{path}: not a recipe YAML (a mapping of recipe keys: {', '.join(fields)}); "
-                          f"its top-level keys are: {found}")
+        # Keys that are not names are another file's content (a passwd line, say): never echoed.
+        found = (f"{len(not_names)} of its top-level keys are not names" if not_names else
+                 "its top-level keys are: " + ", ".join(short_key(key) for key in list(data)[:5])
+                 + (", ..." if len(data) > 5 else ""))
+        raise ConfigError(f"{path}: not a recipe YAML (a mapping of recipe keys: {', '.join(fields)}); {found}")
     return data
 
 

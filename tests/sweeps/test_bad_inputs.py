@@ -207,6 +207,7 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(case, sandbox, capsys)
     assert code == case.code, captured.err
     assert len(lines) == 1 and captured.err.count("\n") == 1, captured.err
     assert "Traceback" not in captured.err and SECRET not in captured.err + captured.out
+    assert "root:x:0" not in captured.err + captured.out, "the content of a file that is not a recipe was echoed"
     assert lines[0].startswith(f"sweep {case.argv[0]}: error: ")
     for name in case.names:
         assert name in lines[0], f"{name!r} not in {lines[0]!r}"
