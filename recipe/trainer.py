@@ -49,8 +49,8 @@ def response_hidden_states(model, input_ids, attention_mask, prompt_width: int) 
     T = input_ids.shape[1] - prompt_width
     if T == 1:
         return first
-    if prompt_ids.shape[0] != input_ids.shape[0] or not torch.equal(row_prompt, torch.arange(len(row_prompt))):
-        cache.batch_select_indices(row_prompt.to(input_ids.device))
+    if not torch.equal(row_prompt, torch.arange(len(row_prompt), device=row_prompt.device)):  # unique sorts
+        cache.batch_select_indices(row_prompt)
     with parts.autocast():
         rest = parts.body(input_ids=input_ids[:, prompt_width:-1], attention_mask=attention_mask[:, :-1],
                           position_ids=positions[:, prompt_width:-1], past_key_values=cache,

@@ -186,6 +186,11 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
+def _curve_name(record: dict) -> str:
+    """"run/seed", or "run" for a CSV without a seed column."""
+    return f"{record['run']}/{record['seed']}" if record["seed"] != "-" else record["run"]
+
+
 def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
     from fitting import FLAG_MEANINGS
 
@@ -196,7 +201,7 @@ def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
     header = ["run", "seed", "n", "R0", "A", "B", "C_mid", f"pred@{args.target:g}", "observed", "error", "ok", "flags"]
     rows, notes, seen_flags = [], [], []
     for r in records:
-        name = f"{r['run']}/{r['seed']}" if r["seed"] != "-" else r["run"]
+        name = _curve_name(r)
         notes += [f"{name}: {note}" for note in r["notes"]]
         if "fit_error" in r:
             rows.append([r["run"], r["seed"]] + ["-"] * 9 + ["not fitted (see notes)"])
@@ -253,8 +258,7 @@ def _print_power_law(records: list[dict], args) -> None:
 
 def _unfitted_summary(records: list[dict]) -> str:
     """One line saying why no curve could be fitted: the first few curves and their reasons."""
-    reasons = [f"{r['run']}/{r['seed']}: {r['fit_error']}" if r["seed"] != "-" else f"{r['run']}: {r['fit_error']}"
-               for r in records]
+    reasons = [f"{_curve_name(r)}: {r['fit_error']}" for r in records]
     more = f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
     return f"no curve could be fitted ({len(records)} curve(s)): " + "; ".join(reasons[:3]) + more
 
