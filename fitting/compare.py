@@ -1,4 +1,9 @@
-"""Leave-one-out comparison: fixed-A refits, B against the base, log F slope points and a verdict per variant."""
+"""Leave-one-out comparison: fixed-A refits, B against the base, log F slope points and a verdict per variant.
+
+The verdicts come from the paired seeds (fitting.seeds.seed_verdicts): one curve per variant gives
+effect estimates but no verdict. The fixed-A refits and log F points are the paper's Figure 7 view
+of the same fits.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +16,13 @@ import numpy as np
 from fitting.curve import log_f
 from fitting.extrapolation import DEFAULT_MARGIN
 from fitting.fit import FitResult, refit_fixed_a
+from fitting.seeds import (BASE_VERDICT as BASE, CEILING_MOVER, EFFICIENCY_SHAPER, LEVEL, NO_EFFECT, NO_VERDICT,
+                           PairedEffect, seed_verdicts)
 from fitting.uncertainty import bootstrap_fit
 from fitting.validate import FitInputError
 
-BASE, CEILING_MOVER, EFFICIENCY_SHAPER, NO_EFFECT = "base", "ceiling mover", "efficiency shaper", "no detectable effect"
+__all__ = ["BASE", "CEILING_MOVER", "EFFICIENCY_SHAPER", "NO_EFFECT", "NO_VERDICT", "LooComparison",
+           "VariantComparison", "compare_loo"]
 
 
 @dataclass(frozen=True)
@@ -28,8 +36,12 @@ class VariantComparison:
     b_fixed_ci: tuple[float, float]
     delta_a: float  # A - A_base (free fits)
     delta_b: float  # B - B_base (fixed-A refits)
-    verdict: str  # base, ceiling mover, efficiency shaper, no detectable effect
-    direction: str | None  # "higher" / "lower": of A for a ceiling mover, of B for an efficiency shaper
+    verdict: str  # base, ceiling mover, efficiency shaper, no detectable effect, no verdict
+    direction: str | None  # ceiling mover: "higher" / "lower" A; efficiency shaper: "faster" / "slower" / "mixed"
+    reason: str  # why, in one line (the effect and its interval, or the MDE, or "1 seed")
+    effects: dict[str, PairedEffect]  # paired over seeds: "A", "pred_at_target", "reach_50", "reach_90"
+    ceiling_identifiable: bool
+    ceiling_budget: float  # the fit_at a ceiling claim would need (3 x C_mid's upper bound)
     log_c: np.ndarray = field(repr=False, compare=False)  # ln C of the window points
     log_f: np.ndarray = field(repr=False, compare=False)  # log F(R) at the fixed A; NaN where undefined
 
@@ -50,19 +62,19 @@ def _half_width(interval: tuple[float, float]) -> float:
 
 
 def compare_loo(fits: Mapping[str, FitResult], base: str, *, margin: float = DEFAULT_MARGIN,
-                fixed_a: float | None = None, n_boot: int = 500, level: float = 0.95,
-                seed: int = 0) -> LooComparison:
-    """Compare every run in `fits` (free-A fits of the same protocol) with fits[base].
+                fixed_a: float | None = None, n_boot: int = 500, level: float = LEVEL, seed: int = 0,
+                seed_fits: Mapping[str, Mapping[int, FitResult]] | None = None, fit_at: float | None = None,
+                target: float | None = None) -> LooComparison:
+    """Compare every run in `fits` (free-A fits of the same protocol, seed-mean curves) with fits[base].
 
-    Verdict per variant v, with h(x) the half-width of x's bootstrap interval at `level`:
-      ceiling mover        if |A_v - A_base| > margin + sqrt(h(A_v)^2 + h(A_base)^2)
-                           (the A difference exceeds the noise margin beyond the fits' uncertainty);
-      efficiency shaper    else if |B*_v - B*_base| > sqrt(h(B*_v)^2 + h(B*_base)^2), where B* is B
-                           refitted with A fixed to the common fixed_a (direction: B higher or lower);
-      no detectable effect otherwise.
+    Verdicts: fitting.seeds.seed_verdicts on seed_fits[variant][seed] (the per-seed fits; default: the
+    one curve in `fits` as a single seed, which gives no verdict), at fit_at (default: the end of the
+    base's window) and target (default: 2 x fit_at).
     fixed_a: given, or the mean free-fit A of the base and every variant that is not a ceiling mover
     (the paper uses the mean over all runs; a run with another ceiling would drag the common A away from
-    the runs whose B is being compared). Each run's log F points use its fixed-A refit (curve.log_f).
+    the runs whose B is being compared). B* is each run's B refitted at that A, with the bootstrap
+    interval of its curve (a_ci, b_fixed_ci: within-run noise only). Each run's log F points use its
+    fixed-A refit (curve.log_f). `margin` is the +-0.02 the prediction check uses, kept for the figures.
     """
     if base not in fits:
         raise FitInputError(f"base {base!r} is not among the fits; got {', '.join(map(repr, fits))}")
@@ -70,12 +82,19 @@ def compare_loo(fits: Mapping[str, FitResult], base: str, *, margin: float = DEF
         raise FitInputError(f"margin must be >= 0; got {margin!r}")
     boot = {name: bootstrap_fit(fit, n_boot=n_boot, level=level, seed=seed) for name, fit in fits.items()}
     base_fit = fits[base]
-
-    def moves_ceiling(name: str) -> bool:
-        noise_a = math.hypot(_half_width(boot[name].a_ci), _half_width(boot[base].a_ci))
-        return abs(fits[name].a - base_fit.a) > margin + noise_a
-
-    movers = {name for name in fits if name != base and moves_ceiling(name)}
+    fit_at = base_fit.window[1] if fit_at is None else fit_at
+    target = 2.0 * fit_at if target is None else target
+    if seed_fits is None:
+        seed_fits = {name: {0: fit} for name, fit in fits.items()}
+    noise = {}  # one-seed MDE: the within-run bootstrap sd (95% half-width / 1.96)
+    for name, fit in fits.items():
+        if len(seed_fits.get(name, {})) == 1:
+            prediction = bootstrap_fit(fit, n_boot=n_boot, level=level, seed=seed, target=target)
+            noise[name] = {"A": _half_width(boot[name].a_ci) / 1.96,
+                           "pred_at_target": _half_width(prediction.prediction_ci) / 1.96}
+    verdicts = seed_verdicts({name: seed_fits[name] for name in fits if seed_fits.get(name)}, base,
+                             fit_at=fit_at, target=target, within_run_sd=noise, level=level)
+    movers = {name for name, v in verdicts.items() if v.verdict == CEILING_MOVER}
     if fixed_a is None:
         fixed_a = float(np.mean([fit.a for name, fit in fits.items() if name not in movers]))
     fixed = {name: refit_fixed_a(fit, fixed_a) for name, fit in fits.items()}
@@ -83,21 +102,15 @@ def compare_loo(fits: Mapping[str, FitResult], base: str, *, margin: float = DEF
 
     variants = {}
     for name, fit in fits.items():
-        delta_a = fit.a - base_fit.a
-        delta_b = fixed[name].b - fixed[base].b
-        noise_b = math.hypot(_half_width(fixed_boot[name].b_ci), _half_width(fixed_boot[base].b_ci))
-        if name == base:
-            verdict, direction = BASE, None
-        elif name in movers:
-            verdict, direction = CEILING_MOVER, "higher" if delta_a > 0 else "lower"
-        elif abs(delta_b) > noise_b:
-            verdict, direction = EFFICIENCY_SHAPER, "higher" if delta_b > 0 else "lower"
-        else:
-            verdict, direction = NO_EFFECT, None
         refit = fixed[name]
+        v = verdicts.get(name)
         variants[name] = VariantComparison(
             name=name, fit=fit, a_ci=boot[name].a_ci, fixed_a_fit=refit, b_fixed_ci=fixed_boot[name].b_ci,
-            delta_a=delta_a, delta_b=delta_b, verdict=verdict, direction=direction,
+            delta_a=fit.a - base_fit.a, delta_b=refit.b - fixed[base].b,
+            verdict=v.verdict if v else NO_VERDICT, direction=v.direction if v else None,
+            reason=v.reason if v else "no fitted seed", effects=v.effects if v else {},
+            ceiling_identifiable=v.ceiling_identifiable if v else False,
+            ceiling_budget=v.ceiling_budget if v else math.nan,
             log_c=np.log(refit.compute),
             log_f=log_f(refit.compute, refit.pass_rate, refit.a, refit.b, refit.c_mid, refit.r0),
         )

@@ -32,7 +32,7 @@ UNIT_LABELS = {"device_seconds": "device-seconds", "device_hours": "device-hours
                "samples": "samples", "tokens": "tokens", "steps": "training steps"}
 SMOOTHING = 20  # diagnostics: rolling mean over 1/SMOOTHING of a run's lines (raw per-step values are noise)
 VERDICT_COLOURS = {"base": "0.35", "ceiling mover": "#c0392b", "efficiency shaper": "#2471a3",
-                   "no detectable effect": "0.65"}
+                   "no detectable effect": "0.65", "no verdict": "#b9770e"}
 
 
 def compute_label(unit: str) -> str:
@@ -66,13 +66,13 @@ def legend_label(name: str, numbers: str = "", width: int = 34) -> str:
 
 
 def verdict_label(comparison, name: str) -> str:
-    """'ceiling mover (lower A)', 'efficiency shaper (higher B)', 'no detectable effect', ''."""
+    """'ceiling mover (lower A)', 'efficiency shaper (slower)', 'no detectable effect', 'no verdict', ''."""
     if comparison is None:
         return ""
+    from reports.tables import verdict_words
+
     c = comparison.variants[name]
-    if not c.direction:
-        return c.verdict
-    return f"{c.verdict} ({c.direction} {'A' if c.verdict == 'ceiling mover' else 'B'})"
+    return verdict_words(c.verdict, c.direction)
 
 
 def variant_colours(names: list[str]) -> dict[str, str]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports import schema
+from reports.tables import verdict_text
 
 
 def _finite(value) -> bool:
@@ -31,9 +32,7 @@ def read_mlflow_file(sweep_dir: Path) -> dict | None:
 
 
 def _verdict(row) -> str:
-    if not row["direction"]:
-        return str(row["verdict"])
-    return f"{row['verdict']} ({row['direction']} {'A' if row['verdict'] == 'ceiling mover' else 'B'})"
+    return verdict_text(row)
 
 
 def log_fit_results(sweep_dir: str | Path, table: pd.DataFrame, *, run_table: pd.DataFrame | None = None,

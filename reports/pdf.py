@@ -27,8 +27,8 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
 from reports import figures, schema  # noqa: E402
-from reports.tables import (DEFAULT_N_BOOT, TRUNCATION_NOTE, config_diff, diagnostics_table, sig3,  # noqa: E402
-                            table_cells)
+from reports.tables import (DEFAULT_N_BOOT, EVIDENCE_NOTE, TRUNCATION_NOTE, config_diff,  # noqa: E402
+                            diagnostics_table, evidence_cells, sig3, table_cells)
 
 ROWS_PER_TABLE_PAGE = 10
 DIFF_LINES_PER_PAGE = 40
@@ -151,6 +151,32 @@ def _table_pages(fits) -> list:
     return pages
 
 
+def _evidence_pages(fits) -> list:
+    """The seed evidence behind each verdict: paired effects with intervals, MDEs and the reason."""
+    table = fits.table
+    if fits.comparison is None or not (table["variant"] != schema.BASE).any():
+        return []
+    header, rows = evidence_cells(table, stacked=True)
+    seeds = sorted({int(n) for n in table["n_seeds"] if pd.notna(n)})
+    verdicts = [v for v, name in zip(table["verdict"], table["variant"]) if name != schema.BASE]
+    colours = [figures.VERDICT_COLOURS.get(v, "0.2") for v in verdicts]
+    # columns: variant, why (both wrap when the page is too narrow), the effects, then the coloured verdict
+    order = [0, 9, 2, 3, 4, 5, 6, 7, 8]
+    header = [header[i] for i in order]
+    rows = [[row[i] for i in order] for row in rows]
+    pages = []
+    for start in range(0, len(rows), ROWS_PER_TABLE_PAGE):
+        with plt.rc_context(figures.STYLE):
+            part = f" ({start // ROWS_PER_TABLE_PAGE + 1})" if len(rows) > ROWS_PER_TABLE_PAGE else ""
+            count = "/".join(map(str, seeds)) or "0"
+            fig = figures._new_figure(f"How sure: the evidence behind each verdict ({count} paired seeds){part}")
+            bottom = _draw_table(fig, header, rows[start:start + ROWS_PER_TABLE_PAGE],
+                                 colours[start:start + ROWS_PER_TABLE_PAGE], top=0.9)
+            fig.text(0.025, bottom - 0.03, textwrap.fill(EVIDENCE_NOTE, 165), va="top", fontsize=9, linespacing=1.45)
+        pages.append(fig)
+    return pages
+
+
 def _diagnostics_page(fits):
     """Stability diagnostics as numbers: last-quarter mean / max per variant, threshold breaches marked."""
     summary = diagnostics_table(fits.data)
@@ -257,6 +283,7 @@ def report_pages(fits, *, power_law: bool = False) -> list[tuple[str, object]]:
     power_law: add the power-law comparison (reports/power_law.py) after the LOO figures; off by default.
     """
     pages = [("title", _title_page(fits))] + [("table", page) for page in _table_pages(fits)]
+    pages += [("evidence", page) for page in _evidence_pages(fits)]
     if not fits.data.evals.empty:
         pages.append(("curves", figures.curves_figure(fits)))
     if fits.variants:

@@ -97,6 +97,12 @@ LOO_COLUMNS = (
     "A", "A_lo", "A_hi", "A_seed_sd", "B", "B_fixed_A", "B_fixed_A_lo", "B_fixed_A_hi", "C_mid",
     "pred_at_target", "pred_lo", "pred_hi", "observed_at_target", "error", "within_margin",
     "delta_A", "delta_B", "verdict", "direction", "flags", "truncation_rate", "low_truncation_steps",
+    # seed evidence (fitting.seeds): paired effects against the base with intervals that include
+    # run-to-run variance, minimum detectable effects, the verdict's reason; pred_interval says which
+    # interval pred_lo/pred_hi are ("seeds" or "within-run" with one seed)
+    "pred_interval", "d_A", "d_A_lo", "d_A_hi", "MDE_A", "d_pred", "d_pred_lo", "d_pred_hi", "MDE_pred",
+    "MDE_is_lower_bound", "log_reach_50", "log_reach_50_lo", "log_reach_50_hi", "log_reach_90",
+    "log_reach_90_lo", "log_reach_90_hi", "ceiling_identifiable", "ceiling_budget", "reason",
 )
 # the run table (one row per job: that seed's own fit, what goes onto its MLflow run)
 RUN_COLUMNS = ("run_id", "variant", "axis", "choice", "seed", "n_points", "R0", "A", "B", "C_mid",

@@ -17,6 +17,7 @@ the spread of the per-seed fits' A. Verdicts come from fitting.compare_loo on th
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +44,7 @@ class VariantFit:
     seed_fits: dict[int, object] = field(default_factory=dict)  # seed -> FitResult (None when it failed)
     seed_scores: dict[int, object] = field(default_factory=dict)
     spread: object | None = None  # fitting.SeedSpread when >= 2 seeds fitted
+    seed_prediction_ci: tuple[float, float] | None = None  # with >= 2 seeds: includes run-to-run variance
 
 
 @dataclass
@@ -141,11 +143,36 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
         notes.append(f"{name}: not fitted: {reason}")
     comparison = None
     if schema.BASE in variants:
-        comparison = compare_loo({n: v.fit for n, v in variants.items()}, base=schema.BASE, n_boot=n_boot, seed=seed)
+        seed_fits = {n: {s: f for s, f in v.seed_fits.items() if f is not None} for n, v in variants.items()}
+        comparison = compare_loo({n: v.fit for n, v in variants.items()}, base=schema.BASE, n_boot=n_boot, seed=seed,
+                                 seed_fits=seed_fits, fit_at=budget.fit_at, target=budget.target)
+        _seed_prediction_intervals(variants, budget.target)
     elif variants:
         notes.append("no fitted base run: no deltas and no verdicts")
     return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
                      n_boot=n_boot)
+
+
+def _seed_prediction_intervals(variants: dict[str, VariantFit], target: float, level: float = 0.95) -> None:
+    """With >= 2 seeds, the prediction interval includes run-to-run variance: pred +- t(df) s / sqrt(n).
+
+    s: the sd of the per-seed fits' predictions at the target around their variant's mean, pooled over
+    the sweep's variants (df = sum (n_v - 1); fitting.seeds explains why pooled). Stored as
+    v.seed_prediction_ci; one-seed variants keep the within-run bootstrap interval.
+    """
+    from scipy import stats
+
+    from fitting.seeds import pooled_sd
+
+    predictions = {n: [float(f.predict(target)) for f in v.seed_fits.values() if f is not None]
+                   for n, v in variants.items()}
+    sd, df = pooled_sd(predictions)
+    for name, v in variants.items():
+        n = len(predictions[name])
+        if n >= 2 and df >= 1:
+            half = stats.t.ppf((1 + level) / 2, df) * sd / math.sqrt(n)
+            predicted = v.score.predicted
+            v.seed_prediction_ci = (predicted - half, predicted + half)
 
 
 def loo_table(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> pd.DataFrame:
@@ -256,14 +283,16 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
         row.update(variant=name, axis=job["axis"], choice=job["choice"],
                    changed=changed_axis(fits.data, name, job["axis"], job["choice"]),
                    n_seeds=int(fits.data.runs[fits.data.runs["variant"] == name]["seed"].nunique()),
-                   within_margin=None, verdict="not fitted", direction="", flags="")
+                   within_margin=None, verdict="not fitted", direction="", flags="", reason="", pred_interval="")
         row.update(truncation_stats(sums, fits.data.runs[fits.data.runs["variant"] == name]["run_id"]))
         v = fits.variants.get(name)
         if v is not None:
             fit, boot, score = v.fit, v.boot, v.score
+            prediction_ci = v.seed_prediction_ci or boot.prediction_ci
             row.update(n_points=fit.n_points, R0=fit.r0, A=fit.a, A_lo=boot.a_ci[0], A_hi=boot.a_ci[1], B=fit.b,
-                       C_mid=fit.c_mid, pred_at_target=score.predicted, pred_lo=boot.prediction_ci[0],
-                       pred_hi=boot.prediction_ci[1], observed_at_target=score.observed, error=score.error,
+                       C_mid=fit.c_mid, pred_at_target=score.predicted, pred_lo=prediction_ci[0],
+                       pred_hi=prediction_ci[1], pred_interval="seeds" if v.seed_prediction_ci else "within-run",
+                       observed_at_target=score.observed, error=score.error,
                        within_margin=score.within_margin, verdict="-",
                        flags=", ".join(dict.fromkeys(score.flags + boot.flags)))
             if v.spread is not None:
@@ -271,13 +300,26 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
             if comparison is not None:
                 c = comparison.variants[name]
                 row.update(B_fixed_A=c.fixed_a_fit.b, B_fixed_A_lo=c.b_fixed_ci[0], B_fixed_A_hi=c.b_fixed_ci[1],
-                           delta_A=c.delta_a, delta_B=c.delta_b, verdict=c.verdict, direction=c.direction or "")
+                           delta_A=c.delta_a, delta_B=c.delta_b, verdict=c.verdict, direction=c.direction or "",
+                           reason=c.reason, ceiling_identifiable=c.ceiling_identifiable,
+                           ceiling_budget=c.ceiling_budget)
+                for quantity, prefix in EFFECT_COLUMNS.items():
+                    effect = c.effects.get(quantity)
+                    if effect is not None:
+                        row.update({prefix: effect.estimate, f"{prefix}_lo": effect.low, f"{prefix}_hi": effect.high})
+                        if quantity in ("A", "pred_at_target"):
+                            row[f"MDE_{prefix.removeprefix('d_')}"] = effect.mde
+                            row["MDE_is_lower_bound"] = effect.mde_is_lower_bound
         rows.append(row)
     frame = pd.DataFrame(rows, columns=list(schema.LOO_COLUMNS))
     frame["n_points"] = frame["n_points"].astype("Int64")
     frame.attrs.update(caption=fits.caption(), unit=fits.data.budget.unit, target=fits.data.budget.target,
                        fixed_a=comparison.fixed_a if comparison is not None else math.nan)
     return frame
+
+
+# paired effect (fitting.seeds) -> LOO table column prefix; reach columns hold ln(C_variant / C_base)
+EFFECT_COLUMNS = {"A": "d_A", "pred_at_target": "d_pred", "reach_50": "log_reach_50", "reach_90": "log_reach_90"}
 
 
 def _run_frame(fits: SweepFits) -> pd.DataFrame:
@@ -316,10 +358,15 @@ def fmt(value, spec: str) -> str:
     return "-" if value is None or pd.isna(value) else format(value, spec)
 
 
+def verdict_words(verdict: str, direction: str | None, split: str = " ") -> str:
+    """'ceiling mover (higher A)', 'efficiency shaper (slower)', 'no detectable effect', 'no verdict'."""
+    if not direction:
+        return verdict
+    return f"{verdict}{split}({direction}{' A' if verdict == 'ceiling mover' else ''})"
+
+
 def verdict_text(row, split: str = " ") -> str:
-    if not row["direction"]:
-        return row["verdict"]
-    return f"{row['verdict']}{split}({row['direction']} {'A' if row['verdict'] == 'ceiling mover' else 'B'})"
+    return verdict_words(row["verdict"], row["direction"], split)
 
 
 def margin_mark(value) -> str:
@@ -359,6 +406,69 @@ def table_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[str
     return header, rows
 
 
+def _times(log_ratio) -> str:
+    if log_ratio is None or pd.isna(log_ratio):
+        return "-"
+    if math.isinf(log_ratio):
+        return "never" if log_ratio > 0 else "x0"
+    return f"x{math.exp(log_ratio):.2f}"
+
+
+def _mde_text(value, lower_bound) -> str:
+    if value is None or pd.isna(value):
+        return "-"
+    return (">=" if lower_bound is True else "") + f"{value:.3f}"
+
+
+def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the seed-evidence table: paired effects vs the base with intervals, MDEs, reasons.
+
+    Reach columns: the compute the variant needs to reach 50% / 90% of the gain the base made by
+    fit_at, as a multiple of the base's (x1.30 = 30% more compute: slower).
+    """
+    target = table.attrs.get("target")
+    at = f"@{target:g}" if target else "@target"
+    split = "\n" if stacked else " "
+    header = ["variant", "seeds", f"dA{split}[interval]", "MDE A", f"d pred{at}{split}[interval]", "MDE pred",
+              f"compute to 50%{split}[interval]", f"compute to 90%{split}[interval]", "verdict", "why"]
+
+    def effect(r, prefix, digits=".3f"):
+        if pd.isna(r.get(prefix, math.nan)):
+            return "-"
+        low, high = r[f"{prefix}_lo"], r[f"{prefix}_hi"]
+        interval = "" if pd.isna(low) else f"{split}[{format(low, '+' + digits)}, {format(high, '+' + digits)}]"
+        return format(r[prefix], "+" + digits) + interval
+
+    def reach(r, prefix):
+        if pd.isna(r.get(prefix, math.nan)):
+            return "-"
+        low = r[f"{prefix}_lo"]
+        interval = "" if pd.isna(low) else f"{split}[{_times(low)}, {_times(r[f'{prefix}_hi'])}]"
+        return _times(r[prefix]) + interval
+
+    rows = []
+    for _, r in table.iterrows():
+        if r["variant"] == schema.BASE:
+            continue
+        rows.append([r["variant"], str(r["n_seeds"]), effect(r, "d_A"), _mde_text(r["MDE_A"], r["MDE_is_lower_bound"]),
+                     effect(r, "d_pred"), _mde_text(r["MDE_pred"], r["MDE_is_lower_bound"]),
+                     reach(r, "log_reach_50"), reach(r, "log_reach_90"), verdict_text(r, split), r["reason"] or "-"])
+    return header, rows
+
+
+EVIDENCE_NOTE = (
+    "Evidence: each seed pairs a variant's run with the base's run of the same seed (same warm start, prompt "
+    "order and sampling seed); an effect is the mean over seeds of variant - base, read from each seed's own fit. "
+    "Intervals are paired t-intervals with the run-to-run sd pooled over the sweep's variants, at 98.3% each "
+    "(Bonferroni over the 3 tested effects: dA and the two compute-to-reach ratios), so a variant without effect "
+    "gets a verdict about 5% of the time. MDE: the smallest true difference the sweep detects 80% of the time; "
+    ">= marks a lower bound from one seed's within-run noise (no run-to-run variance measured). Verdicts: "
+    "ceiling mover = the dA interval excludes 0 and every seed's A is identifiable (not at a bound, window past "
+    "C_mid); efficiency shaper = the compute to reach 50% or 90% of the base's gain by fit_at differs (faster: "
+    "less compute; slower: more; mixed: one each); no detectable effect = neither, at the MDE shown; no verdict "
+    "= fewer than 2 seeds.")
+
+
 def low_truncation_text(share) -> str:
     """'97%', or '72% (!)' below the paper's > 90% of steps with truncation < 5%; '-' when not logged."""
     if share is None or pd.isna(share):
@@ -378,6 +488,13 @@ def format_loo_table(table: pd.DataFrame) -> str:
         lines.insert(0, table.attrs["caption"])
     if "low_truncation_steps" in table.columns and table["low_truncation_steps"].notna().any():
         lines.append(f"\nsteps trunc<5%: {TRUNCATION_NOTE}")
+    if "reason" in table.columns and (table["variant"] != schema.BASE).any():
+        header, rows = evidence_cells(table)
+        widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+        lines.append("")
+        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header] + rows]
+        lines.insert(len(lines) - len(rows), "  ".join("-" * w for w in widths))
+        lines.append(textwrap.fill(EVIDENCE_NOTE, 160))
     flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]
     if flagged:
         lines.append("\nflags (reasons not to trust a fit):")

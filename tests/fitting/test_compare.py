@@ -14,15 +14,20 @@ def fitted(a, b, c_mid, seed):
     return fit_sigmoid(COMPUTE, pass_rate, r0=0.3, burn_in=1500, fit_until=8000)
 
 
+TRUTHS = {
+    "base": BASE,
+    "higher-ceiling": (0.69, 1.92, 2542.0),  # A + 0.08
+    "steeper": (0.61, 2.60, 2542.0),  # same A and C_mid, higher B: less compute to 90% of the gain
+    "identical": BASE,  # same truth, other noise
+}
+
+
 @pytest.fixture(scope="module")
 def comparison():
-    fits = {
-        "base": fitted(*BASE, seed=1),
-        "higher-ceiling": fitted(0.69, 1.92, 2542.0, seed=2),  # A + 0.08
-        "steeper": fitted(0.61, 2.60, 2542.0, seed=3),  # same A, higher B
-        "identical": fitted(*BASE, seed=4),  # same truth, other noise
-    }
-    return compare_loo(fits, base="base", n_boot=150, seed=0)
+    seed_fits = {name: {s: fitted(*truth, seed=1000 * i + s) for s in range(3)}
+                 for i, (name, truth) in enumerate(TRUTHS.items())}
+    fits = {name: by_seed[0] for name, by_seed in seed_fits.items()}
+    return compare_loo(fits, base="base", n_boot=150, seed=0, seed_fits=seed_fits, fit_at=8000, target=16000)
 
 
 def test_verdicts(comparison):
@@ -30,9 +35,17 @@ def test_verdicts(comparison):
     assert verdicts == {
         "base": ("base", None),
         "higher-ceiling": ("ceiling mover", "higher"),
-        "steeper": ("efficiency shaper", "higher"),
+        "steeper": ("efficiency shaper", "faster"),
         "identical": ("no detectable effect", None),
     }
+    assert "MDE" in comparison.variants["identical"].reason
+
+
+def test_one_curve_per_variant_gives_no_verdict():
+    fits = {name: fitted(*truth, seed=5 + i) for i, (name, truth) in enumerate(TRUTHS.items())}
+    comparison = compare_loo(fits, base="base", n_boot=50, seed=0)
+    assert {v.verdict for name, v in comparison.variants.items() if name != "base"} == {"no verdict"}
+    assert all("1 seed" in v.reason for name, v in comparison.variants.items() if name != "base")
 
 
 def test_fixed_a_is_the_mean_without_ceiling_movers(comparison):

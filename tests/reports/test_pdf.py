@@ -4,6 +4,7 @@ import subprocess
 
 import matplotlib.pyplot as plt
 import matplotlib.text
+import numpy as np
 import pytest
 
 from reports.pdf import FIGURES, report_pages, write_report
@@ -11,7 +12,7 @@ from tests.reports.tools import ensure_tool, ink_fraction
 
 # title, table, curves, variants, fixed-A slopes, deltas, diagnostics, diagnostics table, config diff, notes
 # (the notes page exists because the DAPO run lacks interrupted_frac and CISPO runs lack clip_frac)
-EXPECTED_PAGES = ["title", "table", "curves", "variants", "fixed_a_slopes", "deltas", "diagnostics",
+EXPECTED_PAGES = ["title", "table", "evidence", "curves", "variants", "fixed_a_slopes", "deltas", "diagnostics",
                   "diagnostics_table", "config_diff", "notes"]
 
 
@@ -73,10 +74,11 @@ def _undrawn_texts(fig) -> set:
         if not ax.get_visible():
             hidden.update(ax.findobj(matplotlib.text.Text))
         for axis in (ax.xaxis, ax.yaxis):
-            low, high = sorted(axis.get_view_interval())
+            scale = np.log10 if axis.get_scale() == "log" else (lambda x: x)  # a log axis' slack is relative
+            low, high = sorted(scale(np.asarray(axis.get_view_interval())))
             slack = (high - low) * 1e-6
             for tick in axis.get_major_ticks() + axis.get_minor_ticks():
-                if not low - slack <= tick.get_loc() <= high + slack:
+                if tick.get_loc() <= 0 and scale is np.log10 or not low - slack <= scale(tick.get_loc()) <= high + slack:
                     hidden.update((tick.label1, tick.label2))
     return hidden
 
@@ -124,7 +126,7 @@ def test_a_sweep_with_nothing_fitted_still_gets_a_report_saying_why(tmp_path):
     for _, fig in pages:
         plt.close(fig)
     assert [name for name, _ in pages] == [
-        "title", "table", "curves", "diagnostics", "diagnostics_table", "config_diff", "notes"]
+        "title", "table", "curves", "diagnostics", "diagnostics_table", "config_diff", "notes"]  # nothing fitted
     assert "base: not fitted: the fit window" in notes
     write_report(fits, tmp_path / "report.pdf")
     assert (tmp_path / "report.pdf").stat().st_size > 10_000

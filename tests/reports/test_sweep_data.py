@@ -7,7 +7,7 @@ import pytest
 from reports import schema
 from reports.sweep_data import SweepDataError, flatten_config, load_sweep
 
-from tests.reports.synthetic import EVAL_EVERY, R0, make_sweep
+from tests.reports.synthetic import DEFAULT_SEEDS, EVAL_EVERY, R0, make_sweep
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_diagnostics_keep_what_each_run_logged(data):
     base = data.diagnostics[data.diagnostics["variant"] == "base"]
     assert dapo["loss/clip_frac"].notna().all() and dapo["rollout/interrupted_frac"].isna().all()
     assert base["loss/clip_frac"].isna().all() and base["loss/truncated_frac"].notna().all()
-    assert len(base) == 260  # one training line per step after step 0
+    assert len(base) == 260 * len(DEFAULT_SEEDS)  # one training line per step after step 0, per seed
 
 
 def test_configs_are_flattened_to_the_strings_mlflow_params_hold(data):

@@ -1,0 +1,192 @@
+"""Validation study (issue 17): do the LOO predictions, intervals and verdicts hold up?
+
+    .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR [SECOND_SWEEP_DIR] [--out FILE.json]
+    .venv/bin/python benchmarks/bench_validity.py --run benchmarks/validity.yaml [--run-again]
+
+SWEEP_DIR: a finished multi-seed LOO sweep (`sweep run` of benchmarks/validity.yaml: the embedded LOO
+with 3 seeds per variant at the paper's ratios, fit_at >= 3x the base's C_mid, target >= 6x). --run
+SPEC runs the sweep first (`sweep run SPEC`), --run-again runs it a second time into SPEC's name + "-2"
+for (d). Reads only the sweep directories (reports.load_sweep, reports.fit_sweep), so it can be rerun.
+
+Measured, each printed and written to --out (default benchmarks/out/bench_validity.json):
+ (a) prediction accuracy: the share of runs (variant x seed, each seed's own fit) whose prediction
+     at the target is within 0.02 of the observed pass rate there (goal >= 80%);
+ (b) leave-one-seed-out calibration: for every variant and held-out seed, the interval
+     fitting.seeds.held_out_interval builds from the other seeds' predictions (run-to-run sds pooled
+     over the sweep without the held-out run) must contain the held-out run's observed value at the
+     target (goal >= 90% of cases at 95%);
+ (c) the base's ceiling is identifiable: A not at a bound in the seed-mean fit nor in any seed's fit;
+ (d) with a second sweep directory (another run of the same spec): the same verdict for every variant.
+Also: the base's C_mid and the fit window / target as multiples of it, and the per-axis minimum
+detectable effects (A and pass rate at the target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+MARGIN = 0.02
+
+
+def study(sweep_dir: Path, n_boot: int = 200) -> dict:
+    """Measures (a)-(c) and the MDEs of one finished sweep directory."""
+    import numpy as np
+
+    from fitting.seeds import ceiling_identifiable, held_out_interval, pooled_sd
+    from reports import schema
+    from reports.sweep_data import load_sweep
+    from reports.tables import fit_sweep
+
+    data = load_sweep(sweep_dir)
+    fits = fit_sweep(data, n_boot=n_boot)
+    budget = data.budget
+    runs = []  # (variant, seed, predicted, observed)
+    for name, v in fits.variants.items():
+        for seed, fit in v.seed_fits.items():
+            score = v.seed_scores.get(seed)
+            if fit is None or score is None or score.observed is None or not math.isfinite(score.observed):
+                continue
+            runs.append((name, seed, float(score.predicted), float(score.observed)))
+    within = [abs(p - o) <= MARGIN for _, _, p, o in runs]
+
+    coverage = []
+    for held_variant, held_seed, _, held_observed in runs:
+        others = [r for r in runs if not (r[0] == held_variant and r[1] == held_seed)]
+        predictions_by_variant, observed_by_variant = {}, {}
+        for name, _, predicted, observed in others:
+            predictions_by_variant.setdefault(name, []).append(predicted)
+            observed_by_variant.setdefault(name, []).append(observed)
+        prediction_sd, df = pooled_sd(predictions_by_variant)
+        observed_sd, _ = pooled_sd(observed_by_variant)
+        own = predictions_by_variant.get(held_variant, [])
+        low, high = held_out_interval(own, observed_sd, prediction_sd, df)
+        if math.isfinite(low):
+            coverage.append({"variant": held_variant, "seed": int(held_seed), "low": low, "high": high,
+                             "observed": held_observed, "inside": bool(low <= held_observed <= high)})
+
+    base = fits.variants.get(schema.BASE)
+    table = fits.table.set_index("variant")
+    base_c_mid = float(base.fit.c_mid) if base else math.nan
+    mdes = {}
+    for name, row in table.iterrows():
+        if name != schema.BASE:
+            mdes[name] = {"axis": row["axis"], "MDE_A": _num(row["MDE_A"]), "MDE_pred": _num(row["MDE_pred"]),
+                          "lower_bound": bool(row["MDE_is_lower_bound"]) if row["MDE_is_lower_bound"] is not None
+                          and not (isinstance(row["MDE_is_lower_bound"], float) and math.isnan(row["MDE_is_lower_bound"]))
+                          else None}
+    return {
+        "sweep_dir": str(sweep_dir), "seeds": sorted({int(s) for _, s, _, _ in runs}),
+        "budget": {"unit": budget.unit, "burn_in": budget.burn_in, "fit_at": budget.fit_at, "target": budget.target},
+        "base_c_mid": base_c_mid,
+        "fit_at_over_c_mid": budget.fit_at / base_c_mid if base else math.nan,
+        "target_over_c_mid": budget.target / base_c_mid if base else math.nan,
+        "a_within_margin": {"share": float(np.mean(within)) if within else math.nan, "runs": len(within),
+                            "goal": 0.8},
+        "calibration": {"share": float(np.mean([c["inside"] for c in coverage])) if coverage else math.nan,
+                        "cases": len(coverage), "goal": 0.9, "misses": [c for c in coverage if not c["inside"]]},
+        "base_ceiling_identifiable": {
+            "seed_mean_fit": bool(base and ceiling_identifiable(base.fit)),
+            "every_seed": bool(base and all(f is not None and ceiling_identifiable(f) for f in base.seed_fits.values())),
+            "A": float(base.fit.a) if base else math.nan, "flags": list(base.fit.flags) if base else []},
+        "verdicts": {name: _verdict(row) for name, row in table.iterrows()},
+        "reasons": {name: row["reason"] for name, row in table.iterrows()},
+        "mde": mdes,
+    }
+
+
+def _num(value) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+
+
+def _verdict(row) -> str:
+    from reports.tables import verdict_text
+
+    return verdict_text(row)
+
+
+def replication(first: dict, second: dict) -> dict:
+    """(d): the verdicts of two runs of the same spec, variant by variant."""
+    names = sorted(set(first["verdicts"]) | set(second["verdicts"]))
+    rows = {n: {"first": first["verdicts"].get(n), "second": second["verdicts"].get(n)} for n in names}
+    same = [r["first"] == r["second"] for r in rows.values()]
+    return {"same_verdicts": sum(same), "variants": len(same), "all_same": all(same), "rows": rows}
+
+
+def run_sweep(spec: Path, name_suffix: str = "") -> Path:
+    """`sweep run SPEC` (a second copy with the name + suffix for --run-again); returns the sweep dir."""
+    import yaml
+
+    if name_suffix:
+        data = yaml.safe_load(spec.read_text())
+        data["name"] = f"{data['name']}{name_suffix}"
+        copy = spec.with_name(f"{spec.stem}{name_suffix}.yaml")
+        copy.write_text(yaml.safe_dump(data, sort_keys=False))
+        spec = copy
+    subprocess.run([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO, check=True)
+    from sweeps.spec import load_spec, output_dir
+
+    return REPO / output_dir(load_spec(spec))
+
+
+def summary_lines(result: dict) -> list[str]:
+    lines = [f"sweep {result['sweep_dir']}: seeds {result['seeds']}; base C_mid {result['base_c_mid']:.3g} "
+             f"{result['budget']['unit']}; fit_at {result['fit_at_over_c_mid']:.2f}x, target "
+             f"{result['target_over_c_mid']:.2f}x C_mid (paper ~3x, ~6x)"]
+    a, c, base = result["a_within_margin"], result["calibration"], result["base_ceiling_identifiable"]
+    lines.append(f"(a) |pred - obs| <= {MARGIN} at the target: {a['share']:.0%} of {a['runs']} runs (goal >= 80%)")
+    lines.append(f"(b) leave-one-seed-out 95% intervals containing the held-out observed value: {c['share']:.0%} of "
+                 f"{c['cases']} (goal >= 90%)")
+    lines.append(f"(c) base A identifiable: seed-mean fit {base['seed_mean_fit']}, every seed {base['every_seed']} "
+                 f"(A {base['A']:.3f}; flags {', '.join(base['flags']) or 'none'})")
+    lines.append("verdicts and MDEs:")
+    for name, verdict in result["verdicts"].items():
+        mde = result["mde"].get(name)
+        extra = "" if not mde else (f"  MDE A {mde['MDE_A']:.3f}, pred {mde['MDE_pred']:.3f}"
+                                    + (" (lower bounds)" if mde["lower_bound"] else "")
+                                    if mde["MDE_A"] is not None else "")
+        lines.append(f"    {name:<32} {verdict}{extra}")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dirs", nargs="*", help="one finished sweep directory, or two runs of the same spec")
+    parser.add_argument("--run", type=Path, help="run this sweep spec first (sweep run), then study it")
+    parser.add_argument("--run-again", action="store_true", help="with --run: run it a second time for (d)")
+    parser.add_argument("--n-boot", type=int, default=200)
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "bench_validity.json"))
+    args = parser.parse_args(argv)
+    dirs = [Path(d) for d in args.sweep_dirs]
+    if args.run:
+        dirs = [run_sweep(args.run)] + ([run_sweep(args.run, "-2")] if args.run_again else [])
+    if not 1 <= len(dirs) <= 2:
+        parser.error("give one or two sweep directories, or --run SPEC")
+    results = [study(d, n_boot=args.n_boot) for d in dirs]
+    out = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.node(),
+           "studies": results}
+    for result in results:
+        print("\n".join(summary_lines(result)))
+    if len(results) == 2:
+        out["replication"] = replication(*results)
+        rep = out["replication"]
+        print(f"(d) same verdict in both runs: {rep['same_verdicts']} of {rep['variants']} variants")
+        for name, row in rep["rows"].items():
+            if row["first"] != row["second"]:
+                print(f"    {name}: {row['first']} -> {row['second']}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

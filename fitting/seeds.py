@@ -1,0 +1,310 @@
+"""Seeds as the unit of evidence: paired effects against the base, honest intervals, MDE and verdicts.
+
+A LOO sweep runs the base and every variant on the same seeds (same warm start, prompt order and
+sampling seed), so each seed s gives a paired difference d_s = q(variant, s) - q(base, s) of a
+quantity q read from that seed's own fit (A, the pass rate predicted at the target, the compute to
+reach a level). Run-to-run variation is in the spread of the d_s; the residual bootstrap of one
+curve never sees it.
+
+Interval: a paired t-interval with the run-to-run variance pooled over the sweep's variants,
+    s^2 = sum_v sum_s (d_vs - mean_v)^2 / df,   df = sum_v (n_v - 1),
+    mean_v +- t(df, (1 + level) / 2) * s / sqrt(n_v).
+Why pooled: with 2-3 seeds a variant's own sd has 1-2 degrees of freedom (t = 12.7 or 4.3 at 95%),
+so its interval says almost nothing; the variants of one LOO sweep are one recipe changed on one
+axis each, so one run-to-run sd for the sweep is a fair assumption with many more degrees of
+freedom (8 variants x 2 seeds: df = 8). The per-variant sd is kept (`own_sd`) so a reader can see
+when the assumption fails. Why not a hierarchical bootstrap: with 2-3 seeds resampling seeds has
+3-10 distinct draws, and its percentile intervals are too narrow for so few.
+Minimum detectable effect (two-sided test at `level`, power `power`):
+    MDE_v = (t(df, (1 + level) / 2) + t(df, power)) * s / sqrt(n_v).
+With one seed per run there is no run-to-run sd (df = 0): no interval and no verdict; the MDE is then
+a lower bound from the within-run bootstrap alone (z quantiles), marked as such.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from fitting.validate import FitInputError
+
+LEVEL = 0.95
+POWER = 0.80
+REACH_LEVELS = (0.5, 0.9)  # compute to reach 50% / 90% of the gain the base made by the end of the fit window
+
+
+@dataclass(frozen=True)
+class PairedEffect:
+    """mean over seeds of q(variant, s) - q(base, s), with its interval and MDE; NaN where undefined."""
+
+    quantity: str
+    estimate: float
+    low: float  # NaN with one seed (no run-to-run variance)
+    high: float
+    n_seeds: int
+    mde: float  # minimum detectable effect at LEVEL / POWER
+    mde_is_lower_bound: bool  # True with one seed: within-run noise only
+    own_sd: float  # this variant's own sd of the d_s (NaN below 2 seeds)
+    per_seed: tuple[float, ...]
+
+    @property
+    def significant(self) -> bool:
+        """The interval excludes 0 (never with one seed)."""
+        return bool(not (math.isnan(self.low) or math.isnan(self.high)) and (self.low > 0 or self.high < 0))
+
+
+def pooled_sd(differences: Mapping[str, list[float]]) -> tuple[float, int]:
+    """(s, df): run-to-run sd pooled over variants, s^2 = sum_v sum_s (d_vs - mean_v)^2 / sum_v (n_v - 1)."""
+    squares, df = 0.0, 0
+    for values in differences.values():
+        values = np.asarray(values, dtype=float)
+        if values.size >= 2:
+            squares += float(((values - values.mean()) ** 2).sum())
+            df += values.size - 1
+    return (math.sqrt(squares / df) if df else math.nan), df
+
+
+def paired_effects(values: Mapping[str, Mapping[int, float]], base: str, quantity: str, *,
+                   within_run_sd: Mapping[str, float] | None = None, level: float = LEVEL,
+                   power: float = POWER) -> dict[str, PairedEffect]:
+    """Paired effects of every variant against `base` for one quantity.
+
+    values[variant][seed] = the quantity from that seed's fit; only seeds the base also has are
+    paired. within_run_sd[variant] (optional): the within-run (bootstrap) sd of the quantity, used
+    only for the one-seed MDE lower bound, sqrt(sd_v^2 + sd_base^2) * (z_level + z_power).
+    """
+    if base not in values:
+        raise FitInputError(f"base {base!r} has no per-seed values for {quantity}")
+    if not 0 < level < 1 or not 0 < power < 1:
+        raise FitInputError(f"level and power must be in (0, 1); got {level!r}, {power!r}")
+    differences = {}
+    for name, by_seed in values.items():
+        if name == base:
+            continue
+        seeds = sorted(set(by_seed) & set(values[base]))
+        differences[name] = [by_seed[s] - values[base][s] for s in seeds]
+    finite = {name: d for name, d in differences.items() if d and all(np.isfinite(d))}
+    sd, df = pooled_sd(finite)
+    effects = {}
+    for name, d in differences.items():
+        n = len(d)
+        if n == 0:
+            continue
+        estimate = float(np.mean(d))
+        own = float(np.std(d, ddof=1)) if n >= 2 and all(np.isfinite(d)) else math.nan
+        if not all(np.isfinite(d)):
+            # A level one curve never reaches (+-inf): certain only when every seed agrees on it.
+            certain = all(x == d[0] for x in d) and math.isinf(d[0])
+            low = high = d[0] if certain else math.nan
+            effects[name] = PairedEffect(quantity=quantity, estimate=estimate, low=float(low), high=float(high),
+                                         n_seeds=n, mde=math.nan, mde_is_lower_bound=False, own_sd=own,
+                                         per_seed=tuple(float(x) for x in d))
+            continue
+        if df >= 1 and np.isfinite(sd):
+            half = stats.t.ppf((1 + level) / 2, df) * sd / math.sqrt(n)
+            low, high = estimate - half, estimate + half
+            mde = (stats.t.ppf((1 + level) / 2, df) + stats.t.ppf(power, df)) * sd / math.sqrt(n)
+            lower_bound = False
+        else:
+            low = high = math.nan
+            noise = math.nan
+            if within_run_sd is not None and name in within_run_sd and base in within_run_sd:
+                noise = math.hypot(within_run_sd[name], within_run_sd[base])
+            mde = (stats.norm.ppf((1 + level) / 2) + stats.norm.ppf(power)) * noise
+            lower_bound = True
+        effects[name] = PairedEffect(quantity=quantity, estimate=estimate, low=float(low), high=float(high),
+                                     n_seeds=n, mde=float(mde), mde_is_lower_bound=lower_bound, own_sd=own,
+                                     per_seed=tuple(float(x) for x in d))
+    return effects
+
+
+def compute_to_reach(fit, level: float) -> float:
+    """Compute at which a fitted sigmoid reaches pass rate `level`: C = C_mid ((A - R0)/(R - R0) - 1)^(-1/B).
+
+    A fit that starts at or above the level reaches it at compute 0; one whose asymptote is at or
+    below it never does (inf).
+    """
+    if level <= fit.r0:
+        return 0.0
+    if fit.a <= level:
+        return math.inf
+    ratio = (fit.a - fit.r0) / (level - fit.r0) - 1.0
+    return float(fit.c_mid * ratio ** (-1.0 / fit.b))
+
+
+def reach_levels(base_fit, fit_at: float, fractions=REACH_LEVELS) -> dict[float, float]:
+    """Pass-rate levels R0 + f (R_base(fit_at) - R0): fractions of the gain the base made by fit_at.
+
+    Read from the base's fitted curve inside its window, so they exist even when the base's ceiling
+    A is not identifiable (a level tied to A would move with the unidentified A).
+    """
+    reached = float(base_fit.predict(fit_at))
+    return {f: base_fit.r0 + f * (reached - base_fit.r0) for f in fractions}
+
+
+def log_reach_ratio(fit, base_fit, level: float) -> float:
+    """ln(C_variant(level) / C_base(level)): > 0 the variant needs more compute (slower), < 0 less.
+
+    +inf when only the variant never reaches the level, -inf when only the base never does.
+    """
+    variant_c, base_c = compute_to_reach(fit, level), compute_to_reach(base_fit, level)
+    if variant_c <= 0 or base_c <= 0:
+        return math.nan  # a curve that starts above the level: no compute-to-reach to compare
+    if math.isinf(variant_c) or math.isinf(base_c):
+        return math.nan if variant_c == base_c else (math.inf if math.isinf(variant_c) else -math.inf)
+    return math.log(variant_c / base_c)
+
+
+def ceiling_identifiable(fit) -> bool:
+    """A is read from the data: not at a bound, and the window reaches past C_mid (with its upper bound)."""
+    return not ({"a_at_bound", "window_ends_before_c_mid", "not_increasing", "flat_curve"} & set(fit.flags))
+
+
+def budget_for_ceiling(fit) -> float:
+    """The fit_at a ceiling claim needs: 3 x C_mid's approximate 95% upper bound (the paper fits to ~3x C_mid)."""
+    return 3.0 * max(fit.c_mid, fit.c_mid_upper)
+
+
+def held_out_interval(predictions: list[float], observed_sd: float, prediction_sd: float, df: int,
+                      level: float = LEVEL) -> tuple[float, float]:
+    """Interval for a new seed's observed value at the target, from the other seeds' predictions.
+
+    centre = mean of the other seeds' predictions (m of them); a new seed's observed value differs
+    from it by its own run-to-run noise (observed_sd) plus the noise of the mean of m predictions
+    (prediction_sd / sqrt(m)): centre +- t(df) sqrt(observed_sd^2 + prediction_sd^2 / m). A systematic
+    extrapolation bias is not in it; the validation study measures whether that matters.
+    """
+    m = len(predictions)
+    if m < 1 or df < 1:
+        return (math.nan, math.nan)
+    centre = float(np.mean(predictions))
+    half = stats.t.ppf((1 + level) / 2, df) * math.sqrt(observed_sd ** 2 + prediction_sd ** 2 / m)
+    return centre - half, centre + half
+
+
+BASE_VERDICT, CEILING_MOVER, EFFICIENCY_SHAPER = "base", "ceiling mover", "efficiency shaper"
+NO_EFFECT, NO_VERDICT = "no detectable effect", "no verdict"
+
+
+@dataclass(frozen=True)
+class SeedVerdict:
+    """A variant's verdict from its paired seeds, the effects it rests on and why, in one line."""
+
+    verdict: str  # base, ceiling mover, efficiency shaper, no detectable effect, no verdict
+    direction: str | None  # ceiling mover: "higher" / "lower" A; efficiency shaper: "faster" / "slower" / "mixed"
+    reason: str
+    effects: dict[str, PairedEffect]  # "A", "pred_at_target", "reach_50", "reach_90" (ln compute ratios)
+    ceiling_identifiable: bool  # A identifiable in every seed of the variant and of the base
+    ceiling_budget: float  # the fit_at a ceiling claim would need (3 x the largest C_mid upper bound)
+
+
+def _reach_key(fraction: float) -> str:
+    return f"reach_{round(fraction * 100)}"
+
+
+def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, fit_at: float, target: float,
+                  within_run_sd: Mapping[str, Mapping[str, float]] | None = None, level: float = LEVEL,
+                  power: float = POWER) -> dict[str, SeedVerdict]:
+    """Verdict of every variant against the base from per-seed fits (seed_fits[variant][seed] = FitResult).
+
+    Effects (paired over seeds, pooled run-to-run sd, see the module docstring):
+      A               A_v - A_base of the free fits;
+      pred_at_target  R_v(target) - R_base(target) of the fits;
+      reach_50/90     ln(C_v / C_base), the compute each fitted curve needs to reach 50% / 90% of the
+                      gain the base made by fit_at (> 0: the variant needs more compute: slower).
+    Every interval is at level 1 - (1 - level) / 3 (Bonferroni over the three tested effects, A and
+    the two reach levels), so a variant with no effect gets a verdict with probability <= 1 - level.
+    Verdict, in this order:
+      no verdict            fewer than 2 paired seeds, or no run-to-run variance in the sweep (df = 0);
+      ceiling mover         the A interval excludes 0 and A is identifiable in every seed of both runs
+                            (not at a bound, window past C_mid); an unidentifiable A makes no claim;
+      efficiency shaper     a reach interval excludes 0: "faster" (less compute) or "slower"; both
+                            levels significant in opposite directions: "mixed". A variant below the base
+                            everywhere in the window needs more compute to every level: never "faster";
+      no detectable effect  otherwise, with the MDE of A and of the pass rate at the target.
+    within_run_sd[variant]["A" / "pred_at_target"]: bootstrap sd of a one-seed fit, for the one-seed MDE.
+    """
+    if base not in seed_fits or not seed_fits[base]:
+        raise FitInputError(f"base {base!r} has no fitted seeds")
+    base_fits = seed_fits[base]
+    values: dict[str, dict[str, dict[int, float]]] = {q: {} for q in ("A", "pred_at_target")}
+    for fraction in REACH_LEVELS:
+        values[_reach_key(fraction)] = {}
+    for name, by_seed in seed_fits.items():
+        values["A"][name] = {s: f.a for s, f in by_seed.items()}
+        values["pred_at_target"][name] = {s: float(f.predict(target)) for s, f in by_seed.items()}
+        for seed, fit in by_seed.items():
+            if seed not in base_fits:
+                continue
+            levels = reach_levels(base_fits[seed], fit_at)
+            for fraction, level_value in levels.items():
+                ratio = log_reach_ratio(fit, base_fits[seed], level_value)
+                values[_reach_key(fraction)].setdefault(name, {})[seed] = ratio
+                values[_reach_key(fraction)].setdefault(base, {})[seed] = 0.0
+    effects: dict[str, dict[str, PairedEffect]] = {}
+    # Each verdict tests len(values) - 1 effects (A and the reach levels; pred_at_target is reported,
+    # not tested): Bonferroni keeps a null variant's chance of any verdict at 1 - level.
+    tests = len(values) - 1
+    level = 1 - (1 - level) / tests
+    for quantity, by_variant in values.items():
+        sd = None
+        if within_run_sd is not None and quantity in ("A", "pred_at_target"):
+            sd = {name: noise[quantity] for name, noise in within_run_sd.items() if quantity in noise}
+        if base in by_variant:
+            for name, effect in paired_effects(by_variant, base, quantity, within_run_sd=sd, level=level,
+                                               power=power).items():
+                effects.setdefault(name, {})[quantity] = effect
+    base_identifiable = all(ceiling_identifiable(f) for f in base_fits.values())
+    verdicts = {base: SeedVerdict(BASE_VERDICT, None, "the reference", {}, base_identifiable,
+                                  max(budget_for_ceiling(f) for f in base_fits.values()))}
+    for name, by_seed in seed_fits.items():
+        if name == base:
+            continue
+        found = effects.get(name, {})
+        identifiable = base_identifiable and all(ceiling_identifiable(f) for f in by_seed.values())
+        budget = max(budget_for_ceiling(f) for f in [*by_seed.values(), *base_fits.values()])
+        verdicts[name] = _verdict(found, identifiable, budget)
+    return verdicts
+
+
+def _fmt_mde(effect: PairedEffect | None) -> str:
+    if effect is None or not np.isfinite(effect.mde):
+        return "?"
+    return ("≥" if effect.mde_is_lower_bound else "") + f"{effect.mde:.3f}"
+
+
+def _times(log_ratio: float) -> str:
+    """A compute ratio from its log: 'x1.42', 'never reached' (+inf), 'x0' (-inf)."""
+    if math.isinf(log_ratio):
+        return "never reached" if log_ratio > 0 else "x0"
+    return f"x{math.exp(log_ratio):.2f}"
+
+
+def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float) -> SeedVerdict:
+    a, pred = effects.get("A"), effects.get("pred_at_target")
+    mde = f"MDE: A {_fmt_mde(a)}, pass rate at target {_fmt_mde(pred)}"
+    n = a.n_seeds if a is not None else 0
+    if a is None or not np.isfinite(a.low):
+        why = f"{n} seed{'s' if n != 1 else ''}" + ("; run >= 2 seeds" if n < 2 else "; no run-to-run variance")
+        return SeedVerdict(NO_VERDICT, None, f"{why} ({mde})", effects, identifiable, budget)
+    ceiling_note = ""
+    if a.significant:
+        direction = "higher" if a.estimate > 0 else "lower"
+        if identifiable:
+            return SeedVerdict(CEILING_MOVER, direction,
+                               f"A {a.estimate:+.3f} [{a.low:+.3f}, {a.high:+.3f}] over {n} seeds", effects,
+                               identifiable, budget)
+        ceiling_note = f"; A looks {direction} but is not identifiable (needs fit_at >= {budget:.3g})"
+    reach = [effects[k] for k in (_reach_key(f) for f in REACH_LEVELS) if k in effects and effects[k].significant]
+    if reach:
+        signs = {effect.estimate > 0 for effect in reach}
+        direction = "mixed" if len(signs) == 2 else ("slower" if signs == {True} else "faster")
+        parts = [f"compute to {e.quantity.removeprefix('reach_')}% of the base's gain {_times(e.estimate)} "
+                 f"[{_times(e.low)}, {_times(e.high)}]" for e in reach]
+        return SeedVerdict(EFFICIENCY_SHAPER, direction, "; ".join(parts) + ceiling_note, effects, identifiable,
+                           budget)
+    return SeedVerdict(NO_EFFECT, None, mde + ceiling_note, effects, identifiable, budget)

@@ -1,0 +1,152 @@
+"""Seed-aware LOO verdicts on synthetic sweeps: paired effects, pooled intervals, MDE, reach semantics."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fitting import fit_sigmoid, sigmoid_curve
+from fitting.seeds import (compute_to_reach, held_out_interval, paired_effects, pooled_sd, reach_levels,
+                           seed_verdicts)
+
+COMPUTE = np.arange(0.0, 16001.0, 200.0)
+R0, FIT_AT, TARGET = 0.3, 8000.0, 16000.0
+BASE = (0.61, 1.92, 2542.0)  # A, B, C_mid of the ScaleRL 8B row
+
+
+def run(a, b, c_mid, seed, run_sd=0.008, point_sd=0.01):
+    """One seed's curve: the truth with a run-to-run offset on A (sd run_sd) and evaluation noise."""
+    rng = np.random.default_rng(seed)
+    offset = rng.normal(0, run_sd)
+    pass_rate = sigmoid_curve(COMPUTE, a + offset, b, c_mid, R0) + rng.normal(0, point_sd, COMPUTE.size)
+    return fit_sigmoid(COMPUTE, pass_rate, r0=R0, burn_in=0, fit_until=FIT_AT)
+
+
+TRUTHS = {
+    "base": BASE,
+    "higher-ceiling": (0.69, 1.92, 2542.0),
+    "steeper": (0.61, 3.0, 2542.0),
+    "later": (0.61, 2.6, 4200.0),  # like batch_filter=none: steeper, but below the base everywhere in the window
+    "identical": BASE,
+}
+
+
+@pytest.fixture(scope="module")
+def three_seeds():
+    fits = {name: {s: run(*truth, seed=1000 * i + s) for s in range(3)} for i, (name, truth) in enumerate(TRUTHS.items())}
+    return fits, seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET)
+
+
+def test_verdicts_with_three_seeds(three_seeds):
+    _, verdicts = three_seeds
+    got = {name: (v.verdict, v.direction) for name, v in verdicts.items()}
+    assert got["base"] == ("base", None)
+    assert got["higher-ceiling"] == ("ceiling mover", "higher")
+    assert got["identical"] == ("no detectable effect", None)
+    assert got["later"] == ("efficiency shaper", "slower")  # never "more efficient" for a curve below everywhere
+    assert got["steeper"][0] == "efficiency shaper" and got["steeper"][1] in ("faster", "mixed")
+
+
+def test_a_curve_below_the_base_everywhere_needs_more_compute_to_every_level(three_seeds):
+    _, verdicts = three_seeds
+    effects = verdicts["later"].effects
+    assert effects["reach_50"].estimate > 0 and effects["reach_90"].estimate > 0
+    assert "x" in verdicts["later"].reason
+
+
+def test_one_seed_gives_no_verdict_and_an_mde_lower_bound():
+    fits = {name: {0: run(*truth, seed=7 + i)} for i, (name, truth) in enumerate(TRUTHS.items())}
+    noise = {name: {"A": 0.01, "pred_at_target": 0.012} for name in fits}
+    verdicts = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET, within_run_sd=noise)
+    for name, v in verdicts.items():
+        if name == "base":
+            continue
+        assert v.verdict == "no verdict"
+        assert "1 seed; run >= 2 seeds" in v.reason
+        a = v.effects["A"]
+        assert a.mde_is_lower_bound and math.isnan(a.low)
+        from scipy import stats
+
+        z = stats.norm.ppf(1 - 0.05 / 3 / 2)  # Bonferroni over the 3 tested effects
+        assert a.mde == pytest.approx((z + stats.norm.ppf(0.8)) * math.hypot(0.01, 0.01), rel=1e-6)
+        assert f"MDE: A ≥{a.mde:.3f}" in v.reason
+
+
+def test_paired_effect_interval_uses_the_pooled_sd_and_t():
+    values = {"base": {0: 0.0, 1: 0.0, 2: 0.0}, "x": {0: 0.1, 1: 0.2, 2: 0.3}, "y": {0: 0.0, 1: 0.1, 2: -0.1}}
+    effects = paired_effects(values, "base", "A")  # level 0.95: one effect on its own
+    sd, df = pooled_sd({"x": [0.1, 0.2, 0.3], "y": [0.0, 0.1, -0.1]})
+    assert df == 4 and sd == pytest.approx(0.1)
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, 4) * 0.1 / math.sqrt(3)
+    assert effects["x"].estimate == pytest.approx(0.2)
+    assert (effects["x"].low, effects["x"].high) == pytest.approx((0.2 - half, 0.2 + half))
+    assert effects["x"].significant and not effects["y"].significant
+    assert effects["x"].mde == pytest.approx((stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * 0.1 / math.sqrt(3))
+
+
+def test_only_seeds_both_runs_have_are_paired():
+    values = {"base": {0: 0.5, 1: 0.6}, "x": {1: 0.7, 2: 0.9}}
+    effect = paired_effects(values, "base", "A")["x"]
+    assert effect.n_seeds == 1 and effect.per_seed == pytest.approx((0.1,))
+
+
+def test_compute_to_reach_inverts_the_sigmoid():
+    fit = run(*BASE, seed=3)
+    for level in (0.4, 0.5, 0.55):
+        c = compute_to_reach(fit, level)
+        assert float(fit.predict(c)) == pytest.approx(level, abs=1e-9)
+    assert compute_to_reach(fit, fit.r0 - 0.01) == 0.0
+    assert math.isinf(compute_to_reach(fit, fit.a + 0.01))
+    levels = reach_levels(fit, FIT_AT)
+    assert levels[0.5] == pytest.approx(fit.r0 + 0.5 * (float(fit.predict(FIT_AT)) - fit.r0))
+
+
+def test_a_level_the_variant_never_reaches_is_slower_when_every_seed_agrees():
+    low_ceiling = {s: run(0.45, 1.92, 2542.0, seed=50 + s) for s in range(2)}  # stops below 90% of the base's gain
+    fits = {"base": {s: run(*BASE, seed=60 + s) for s in range(2)}, "low": low_ceiling,
+            "same": {s: run(*BASE, seed=70 + s) for s in range(2)}}
+    verdicts = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET)
+    effect = verdicts["low"].effects["reach_90"]
+    assert effect.estimate == math.inf and effect.significant
+    assert verdicts["low"].verdict in ("ceiling mover", "efficiency shaper")
+    assert verdicts["low"].direction in ("lower", "slower")
+
+
+def test_an_unidentifiable_ceiling_makes_no_ceiling_claim():
+    # the window ends well before C_mid: A is not determined, however different the curves look
+    early = {name: {s: fit_sigmoid(COMPUTE, sigmoid_curve(COMPUTE, a, b, c, R0)
+                                   + np.random.default_rng(s + 10 * i).normal(0, 0.01, COMPUTE.size),
+                                   r0=R0, fit_until=1500)
+                    for s in range(3)}
+             for i, (name, (a, b, c)) in enumerate({"base": BASE, "higher": (0.75, 1.92, 2542.0)}.items())}
+    verdicts = seed_verdicts(early, "base", fit_at=1500, target=3000)
+    assert not verdicts["higher"].ceiling_identifiable
+    assert verdicts["higher"].verdict != "ceiling mover"
+    assert verdicts["higher"].ceiling_budget > 3 * 2542 * 0.9
+
+
+def test_held_out_interval():
+    low, high = held_out_interval([0.80, 0.82], observed_sd=0.02, prediction_sd=0.01, df=10)
+    from scipy import stats
+
+    half = stats.t.ppf(0.975, 10) * math.sqrt(0.02 ** 2 + 0.01 ** 2 / 2)
+    assert (low, high) == pytest.approx((0.81 - half, 0.81 + half))
+    assert all(math.isnan(x) for x in held_out_interval([0.8], 0.02, 0.01, df=0))
+
+
+def test_null_variants_rarely_get_a_verdict_and_real_effects_usually_do():
+    # 60 sweeps of a base and 4 variants with the same truth (2 seeds each), plus a ceiling 0.08 higher:
+    # a null variant gets any verdict with probability about 1 - level = 5% (Bonferroni over 3 tests)
+    verdicts_null, detected = [], 0
+    for rep in range(60):
+        names = ["base", "v1", "v2", "v3", "v4"]
+        fits = {name: {s: run(*BASE, seed=10_000 * rep + 100 * i + s) for s in range(2)} for i, name in enumerate(names)}
+        fits["up"] = {s: run(0.69, 1.92, 2542.0, seed=10_000 * rep + 900 + s) for s in range(2)}
+        verdicts = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET)
+        verdicts_null += [verdicts[name].verdict for name in names[1:]]
+        detected += verdicts["up"].verdict == "ceiling mover" and verdicts["up"].direction == "higher"
+    false_positive = sum(v != "no detectable effect" for v in verdicts_null) / len(verdicts_null)
+    assert false_positive <= 0.10  # nominal 0.05; 240 draws: 0.10 is > 3 binomial sd above it
+    assert detected >= 0.8 * 60
