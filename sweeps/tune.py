@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 import time
 from datetime import datetime, timezone
@@ -104,8 +105,26 @@ def curve_points(run_dir: Path, unit: str) -> tuple[list[int], list[float], list
     return steps, compute, pass_rate
 
 
-def interval_settings(pruner: Pruner) -> tuple[float, int]:
-    return getattr(pruner, "level", DEFAULT_LEVEL), getattr(pruner, "n_boot", DEFAULT_N_BOOT)
+def interval_settings(pruner: Pruner) -> tuple[float, int, float]:
+    """(level, bootstrap draws, run-to-run sd of the objective) of the pruner's intervals."""
+    return (getattr(pruner, "level", DEFAULT_LEVEL), getattr(pruner, "n_boot", DEFAULT_N_BOOT),
+            getattr(pruner, "run_sd", 0.0))
+
+
+# A fit with one of these flags has no ceiling the data determine: its prediction far out is not bounded.
+UNBOUNDED_FLAGS = ("a_at_bound", "window_ends_before_c_mid", "c_mid_ci_beyond_window", "not_increasing", "flat_curve")
+
+
+def honest_interval(value: float, lower: float, upper: float, run_sd: float, level: float) -> tuple[float, float]:
+    """The bootstrap interval widened by run-to-run noise: each side sqrt(side^2 + (z run_sd)^2).
+
+    The bootstrap of one curve sees only its evaluation noise; another run of the same recipe lands
+    elsewhere by about run_sd (measured across seeds), z = the normal quantile of `level`.
+    """
+    from scipy.stats import norm
+
+    spread = norm.ppf((1 + level) / 2) * run_sd
+    return (value - math.hypot(value - lower, spread), value + math.hypot(upper - value, spread))
 
 
 def fit_trial_curve(points: tuple[list[int], list[float], list[float]], burn_in: float):
@@ -124,11 +143,15 @@ def fit_trial_curve(points: tuple[list[int], list[float], list[float]], burn_in:
 
 
 def estimate_objective(spec: TuneSpec, points: tuple[list[int], list[float], list[float]], level: float,
-                       n_boot: int) -> CurveEstimate:
-    """The objective a trial's curve (`curve_points`) predicts, with its `level` bootstrap interval.
+                       n_boot: int, run_sd: float = 0.0) -> CurveEstimate:
+    """The objective a trial's curve (`curve_points`) predicts, with an interval that admits what it can't know.
 
-    pred_at_target = R(target) of the fit_trial_curve fit with the interval of the bootstrap's
-    predictions, A and B with theirs. Raises fitting.FitInputError when the curve cannot be fitted yet.
+    pred_at_target = R(target) of the fit_trial_curve fit, A and B, each with the `level` interval of
+    the bootstrap's draws. For pred_at_target and A the interval is then widened by the run-to-run sd
+    (honest_interval), and a fit whose ceiling the data do not determine (UNBOUNDED_FLAGS: A at its
+    bound, the window not yet past C_mid...) gets the whole range [0, 1]: half a curve that has not
+    bent yet does not bound where it ends (a trial pruned at an upper bound of 0.569 from such a fit
+    ended at 0.782). Raises fitting.FitInputError when the curve cannot be fitted yet.
     """
     from fitting import bootstrap_fit
 
@@ -142,6 +165,12 @@ def estimate_objective(spec: TuneSpec, points: tuple[list[int], list[float], lis
         value, (lower, upper) = fit.a, boot.a_ci
     else:
         value, (lower, upper) = fit.b, boot.b_ci
+    if metric in ("pred_at_target", "A"):
+        if set(UNBOUNDED_FLAGS) & set(boot.flags):
+            lower, upper = 0.0, 1.0
+        else:
+            lower, upper = honest_interval(value, lower, upper, run_sd, level)
+            lower, upper = max(lower, 0.0), min(upper, 1.0)
     return CurveEstimate(value=float(value), lower=float(lower), upper=float(upper), compute=compute[-1])
 
 
@@ -270,7 +299,7 @@ class TuneDriver:
         write_tune_files(spec, self.tune_dir, self.storage)  # refuses a changed study before touching it
         self.study = open_study(spec, self.storage)
         self.pruner = PRUNERS.build(spec.pruner)
-        self.level, self.n_boot = interval_settings(self.pruner)
+        self.level, self.n_boot, self.run_sd = interval_settings(self.pruner)
         self.distributions = distributions(spec)
         self.launcher = Launcher(spec, self.tune_dir / "logs")
         self.tracker = SweepTracker(spec, self.tune_dir, [])
@@ -360,7 +389,7 @@ class TuneDriver:
             outcome = {"state": PRUNED, "pruned": json.loads(pruned_path.read_text())}
         elif is_done(job.run_dir):
             try:
-                estimate = estimate_objective(self.spec, points, self.level, self.n_boot)
+                estimate = estimate_objective(self.spec, points, self.level, self.n_boot, self.run_sd)
                 outcome = {"state": COMPLETE, "value": estimate.value, "lower": estimate.lower, "upper": estimate.upper}
             except FitInputError as error:
                 outcome = {"state": FAILED, "error": f"curve not fitted: {error}"}
@@ -410,7 +439,7 @@ class TuneDriver:
         if not self.pruner.min_compute_frac * fit_at <= compute[-1] < fit_at:
             return  # too early to judge, or already complete (the job is writing done.json)
         try:
-            run.estimate = estimate_objective(self.spec, run.points, self.level, self.n_boot)
+            run.estimate = estimate_objective(self.spec, run.points, self.level, self.n_boot, self.run_sd)
         except FitInputError:
             return  # too few points in the window yet
         best = best_record(list(self.records.values()), self.spec.maximize)

@@ -239,3 +239,61 @@ def test_fixed_batch_trials_resume_in_their_run_dirs_and_a_changed_total_batch_i
     tune_file.write_text(json.dumps(frozen))
     write_tune_files(fixed_batch_spec(tmp_path, None), out, "sqlite:///unused.db")
     assert json.loads(tune_file.read_text())["identity"]["total_batch"] is None
+
+
+# --- honest pruning intervals (issue 17) -------------------------------------------------------------
+
+def _objective_spec(target=300.0, metric="pred_at_target"):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(budget=SimpleNamespace(burn_in=0.0, target=target), objective=SimpleNamespace(metric=metric))
+
+
+def _points(until, a=0.85, b=2.0, c_mid=60.0, seed=0):
+    import numpy as np
+
+    from fitting import sigmoid_curve
+
+    compute = np.arange(0.0, until + 1e-9, 3.0)
+    rate = sigmoid_curve(compute, a, b, c_mid, 0.1) + np.random.default_rng(seed).normal(0, 0.01, compute.size)
+    rate[0] = 0.1
+    return list(range(compute.size)), list(compute), list(np.clip(rate, 0, 1))
+
+
+def test_a_curve_that_has_not_bent_yet_is_never_bounded():
+    # a late bloomer seen at half its fit window (C_mid 120, seen up to 75): the fit cannot tell where it
+    # ends, so its interval is the whole range and no best trial can prune it (the BENCHMARKS.md trial that
+    # was pruned at an upper bound of 0.569 and ended at 0.782)
+    from components.pruning import CurveEstimate, PRUNERS
+    from sweeps.tune import estimate_objective
+
+    estimate = estimate_objective(_objective_spec(), _points(75, c_mid=120.0), level=0.9, n_boot=40, run_sd=0.04)
+    assert (estimate.lower, estimate.upper) == (0.0, 1.0)
+    rule = PRUNERS.build({"name": "sigmoid_bound"})
+    best = CurveEstimate(value=0.9, lower=0.88, upper=0.92, compute=150.0)
+    assert not rule.should_prune(estimate, best, fit_at=150.0, maximize=True)
+
+
+def test_run_to_run_noise_widens_the_bootstrap_interval():
+    from scipy.stats import norm
+
+    from sweeps.tune import estimate_objective, honest_interval
+
+    points = _points(150)  # C_mid 60: well inside the window, the ceiling is determined
+    narrow = estimate_objective(_objective_spec(), points, level=0.9, n_boot=60, run_sd=0.0)
+    wide = estimate_objective(_objective_spec(), points, level=0.9, n_boot=60, run_sd=0.04)
+    assert narrow.value == wide.value and 0.0 < narrow.lower < narrow.upper < 1.0
+    z = norm.ppf(0.95)
+    assert wide.upper - wide.value == pytest.approx(((narrow.upper - narrow.value) ** 2 + (z * 0.04) ** 2) ** 0.5)
+    assert wide.value - wide.lower == pytest.approx(((narrow.value - narrow.lower) ** 2 + (z * 0.04) ** 2) ** 0.5)
+    assert honest_interval(0.5, 0.45, 0.6, 0.0, 0.9) == (0.45, 0.6)
+
+
+def test_the_pruner_takes_a_run_sd():
+    from components.pruning import PRUNERS
+    from components.registry import ConfigError
+
+    assert PRUNERS.build({"name": "sigmoid_bound"}).run_sd == 0.04
+    assert PRUNERS.build({"name": "sigmoid_bound", "run_sd": 0.0}).run_sd == 0.0
+    with pytest.raises(ConfigError, match=r"run_sd: got -0.1, expected in \[0, 1\)"):
+        PRUNERS.build({"name": "sigmoid_bound", "run_sd": -0.1})
