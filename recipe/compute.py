@@ -1,18 +1,38 @@
 """Compute accounting: device-seconds, estimated FLOPs and sample/token counts, logged with every eval point.
 
-device-seconds = wall-clock seconds of the run x devices it holds: the paper's GPU-hours generalised
-to any machine. A device is a core on CPU (the torch threads of a process) and an accelerator
-otherwise. The wall-clock is that of generation + training: in the synchronous loop the two take
-turns (their sum); under PipelineRL they overlap and the trainer's loop wall-clock counts, waits
-included, with the devices of both roles. Evaluation time is kept apart and not counted. FLOPs are estimated
-per token (Kaplan et al. 2020, C_forward ~ 2 N + 2 n_layer n_ctx d_model with N the non-embedding
-parameters); a training token costs 3 forwards (forward + backward). A sweep fits its curves against
-one of COMPUTE_AXES, chosen by name.
+device-seconds are the paper's GPU-hours generalised to any machine, measured by one of two clocks,
+chosen once when a run starts (clock_for) and kept in its checkpoints:
+
+- "wall" (GPUs and other accelerators, which a job holds whole): device-seconds = wall-clock seconds
+  of generation + training x devices the run holds.
+- "cpu" (CPU runs): device-seconds = CPU-seconds = the process CPU time (time.process_time(): user +
+  system time of every thread of the process, torch's intra-op threads included) spent in generation
+  and training. On a shared machine another process stretches the wall-clock of the same work (by
+  the load), while its CPU time stays put as long as no thread burns CPU waiting: threads asleep
+  cost nothing, but OpenMP threads spin-waiting at a barrier are charged. That is this clock's limit:
+  with 2+ torch threads a competing process deschedules one thread while its peer spins (libgomp
+  spins ~300k times before sleeping), and CPU-seconds inflate too (benchmarks/bench_cpu_axis.py, 2
+  cores, load ~3.5: 6x, wall-clock 12x). With one torch thread per job, or GOMP_SPINCOUNT=1000 (set
+  before torch loads; ~20% slower alone), they stay within ~10%.
+
+Both clocks are measured around the same phases: in the synchronous loop generation and training take
+turns (their sum); under PipelineRL the wall-clock is the trainer loop's, waits included, x the devices
+of both roles, while the CPU time is what each role's process spent on its own work (the generator
+around each generate call, the trainer around its loop step) summed. Waiting costs no CPU time, so on
+CPU PipelineRL's advantage of overlapping the roles no longer shows as fewer device-seconds; it shows
+as less wall-clock (compute/wall_seconds, compute/wall_device_seconds). Both are always logged:
+compute/device_seconds (the run's clock, what sweeps fit against), compute/cpu_seconds and
+compute/wall_device_seconds (= wall x devices). Evaluation time is kept apart and not counted.
+
+FLOPs are estimated per token (Kaplan et al. 2020, C_forward ~ 2 N + 2 n_layer n_ctx d_model with N
+the non-embedding parameters); a training token costs 3 forwards (forward + backward). A sweep fits
+its curves against one of COMPUTE_AXES, chosen by name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 # Name a sweep passes to the fitter -> metric key in metrics.jsonl / MLflow.
@@ -24,6 +44,23 @@ COMPUTE_AXES = {
     "tokens": "compute/tokens",
     "steps": "step",
 }
+CLOCKS = ("cpu", "wall")
+
+
+def clock_for(device: str) -> str:
+    """The clock a run on `device` charges: "cpu" on CPU (cores are shared), "wall" on an accelerator (held whole)."""
+    return "cpu" if str(device) == "cpu" else "wall"
+
+
+def clocks() -> tuple[float, float]:
+    """(wall, CPU) readings now: time.perf_counter() and time.process_time() (every thread of this process)."""
+    return time.perf_counter(), time.process_time()
+
+
+def since(started: tuple[float, float]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) elapsed since a clocks() reading."""
+    wall, cpu = clocks()
+    return wall - started[0], cpu - started[1]
 
 
 @dataclass(frozen=True)
@@ -57,7 +94,9 @@ def sequence_cost(prompt_lengths, response_lengths) -> tuple[float, float]:
 @dataclass
 class ComputeMeter:
     devices: int = 1
+    clock: str = "wall"  # what device_seconds charges (CLOCKS); fixed for the life of a run
     wall_seconds: float = 0.0  # generation + training wall-clock (overlapping roles counted once)
+    cpu_seconds: float = 0.0  # generation + training process CPU time, summed over the roles' processes
     generation_seconds: float = 0.0  # generator busy time
     training_seconds: float = 0.0
     evaluation_seconds: float = 0.0
@@ -67,9 +106,18 @@ class ComputeMeter:
     generated_tokens: int = 0
     trained_tokens: int = 0  # response tokens in the loss
 
+    def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            raise ValueError(f"compute clock {self.clock!r}: expected one of {', '.join(CLOCKS)}")
+
+    @property
+    def wall_device_seconds(self) -> float:
+        return self.wall_seconds * self.devices
+
     @property
     def device_seconds(self) -> float:
-        return self.wall_seconds * self.devices
+        """CPU-seconds under the "cpu" clock, wall-clock x devices under "wall"."""
+        return self.cpu_seconds if self.clock == "cpu" else self.wall_device_seconds
 
     def add_generation(self, seconds: float, shape: ModelShape, prompt_lengths, response_lengths) -> None:
         tokens, context = sequence_cost(prompt_lengths, response_lengths)
@@ -89,6 +137,8 @@ class ComputeMeter:
             "compute/device_seconds": self.device_seconds,
             "compute/device_hours": self.device_seconds / 3600.0,
             "compute/wall_seconds": self.wall_seconds,
+            "compute/wall_device_seconds": self.wall_device_seconds,
+            "compute/cpu_seconds": self.cpu_seconds,
             "compute/devices": float(self.devices),
             "compute/generation_seconds": self.generation_seconds,
             "compute/training_seconds": self.training_seconds,
@@ -109,3 +159,6 @@ class ComputeMeter:
             setattr(self, key, value)
         if "wall_seconds" not in state:  # checkpoints from before the wall-clock field: roles took turns
             self.wall_seconds = self.generation_seconds + self.training_seconds
+        # A checkpoint from before the CPU clock charged wall-clock: its run goes on with it, so one
+        # curve never mixes clocks (its cpu_seconds then count only the steps after the resume).
+        self.clock = state.get("clock", "wall")

@@ -26,7 +26,7 @@ import torch
 from components import REGISTRIES
 from recipe.advantages import filter_and_normalize
 from recipe.checkpoint import load_checkpoint, save_checkpoint
-from recipe.compute import ComputeMeter, ModelShape
+from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
 from recipe.config import RecipeConfig, resolved_yaml, run_id, to_dict
 from recipe.evaluation import evaluate, evaluation_steps, score
 from recipe.generator import Rollout, generate
@@ -76,6 +76,7 @@ class Samples:
     correct: torch.Tensor  # (B,) bool, on CPU
     rewards: torch.Tensor  # (B,) float, after length control's shaping, on CPU
     seconds: float  # generation wall-clock
+    cpu_seconds: float = 0.0  # generation CPU time of the generating process (recipe/compute.py)
 
 
 @dataclass
@@ -85,6 +86,7 @@ class Minibatch:
     seconds: float  # generation wall-clock, charged when the minibatch is trained on
     prompt_lengths: list[int]
     response_lengths: list[int]
+    cpu_seconds: float  # generation CPU time, charged with `seconds`
 
 
 def select_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
@@ -94,7 +96,7 @@ def select_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
 def sample_groups(model, tokenizer, task, c: Components, cfg: RecipeConfig, prompt_ids: list[int], rngs: dict,
                   policy_version: int, on_decode_step: Callable[[], int] | None = None) -> Samples:
     """Sample G responses to each prompt with the model's weights and score them (+1 / -1, then shaped)."""
-    started = time.perf_counter()
+    started = clocks()
     G = cfg.rollout.samples_per_prompt
     problems = [task.train[i] for i in prompt_ids]
     rollout = generate(model, tokenizer, [p.prompt for p in problems for _ in range(G)], precision=c.precision,
@@ -103,7 +105,7 @@ def sample_groups(model, tokenizer, task, c: Components, cfg: RecipeConfig, prom
                        policy_version=policy_version, on_decode_step=on_decode_step)
     correct = score(task, tokenizer, rollout, [p.answer for p in problems for _ in range(G)]).cpu()
     rewards = c.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), rollout.lengths.cpu(), correct)
-    return Samples(list(prompt_ids), rollout, correct, rewards, time.perf_counter() - started)
+    return Samples(list(prompt_ids), rollout, correct, rewards, *since(started))
 
 
 def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:
@@ -138,7 +140,8 @@ def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:
         "rollout/kept_group_frac": float(keep.view(P, G)[:, 0].float().mean()),
         "rollout/kept_sample_frac": float(keep.float().mean()),
     }
-    return Minibatch(batch, metrics, samples.seconds, real_prompt.tolist(), lengths.tolist())
+    return Minibatch(batch, metrics, samples.seconds, real_prompt.tolist(), lengths.tolist(),
+                     cpu_seconds=samples.cpu_seconds)
 
 
 def train_on(minibatch: Minibatch, version: int, run: "Run") -> dict[str, float]:
@@ -240,7 +243,7 @@ class Run:
         self.optimizer, self.schedule = build_optimizer(self.model, cfg.optimizer)
         self.c.curriculum.reset(len(self.task.train), cfg.seed)
         self.shape = ModelShape.of(self.model)
-        self.meter = ComputeMeter(devices=devices)
+        self.meter = ComputeMeter(devices=devices, clock=clock_for(device))  # a checkpoint's clock replaces it
         self.pending = Averager()
         torch.manual_seed(cfg.seed)
         self.rngs = {"torch": torch.Generator(device=device).manual_seed(cfg.seed),
@@ -335,9 +338,11 @@ def train(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "auto",
                 round_.append(assemble_minibatch(samples, run.c))
             # 2. k optimizer steps, minibatch j after j updates since it was sampled.
             for minibatch in round_:
-                started = time.perf_counter()
+                started = clocks()
                 metrics = train_on(minibatch, run.step, run)
-                run.meter.wall_seconds += minibatch.seconds + time.perf_counter() - started  # one role at a time
+                wall, cpu = since(started)
+                run.meter.wall_seconds += minibatch.seconds + wall  # one role at a time
+                run.meter.cpu_seconds += minibatch.cpu_seconds + cpu
                 run.step += 1
                 run.pending.add(metrics)
                 if on_step is not None:

@@ -21,9 +21,13 @@ idle fractions measure which role is the bottleneck). train_step still checks ev
 the mode's bound and raises StalenessError if a token is more than k versions old. Importance
 ratios use the behaviour logprobs the generator recorded; nothing is recomputed with old weights.
 
-Compute: device-seconds = the trainer loop's wall-clock (waits included, evaluations and checkpoint
-writes excluded; the generator is paused while the trainer evaluates) x (generator_devices +
-trainer_devices). The run is not bit-reproducible: when a weight update lands depends on timing.
+Compute (recipe/compute.py): wall device-seconds = the trainer loop's wall-clock (waits included,
+evaluations and checkpoint writes excluded; the generator is paused while the trainer evaluates) x
+(generator_devices + trainer_devices). CPU-seconds, the device-seconds of a CPU run, = the generator
+process's CPU time around each order it samples (shipped with the groups, like its wall-clock) + the
+trainer process's CPU time over the same loop steps as its wall-clock. A role waiting for the other
+costs no CPU time, so on CPU the overlap of the two roles saves wall-clock, not device-seconds.
+The run is not bit-reproducible: when a weight update lands depends on timing.
 
 Failure: if a role dies (an exception, kill -9, out of memory) the supervisor stops the other and
 raises RoleDiedError naming the role and the cause within seconds. Rerunning resumes from the
@@ -47,6 +51,7 @@ import numpy as np
 import torch
 
 from components import REGISTRIES
+from recipe.compute import clocks, since
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
 from recipe.loop import (Run, Samples, assemble_minibatch, build_components, configure_cuda, model_directory,
@@ -145,7 +150,7 @@ def group_items(order: int, samples: Samples, stats: dict) -> list[dict]:
         items.append({"order": order, "group": j, "prompt_id": prompt_id, "prompt_width": samples.rollout.prompt_width,
                       "rollout": {k: v[rows] for k, v in fields.items()},
                       "correct": samples.correct[rows].numpy(), "rewards": samples.rewards[rows].numpy(),
-                      "seconds": samples.seconds, "stats": stats})
+                      "seconds": samples.seconds, "cpu_seconds": samples.cpu_seconds, "stats": stats})
     return items
 
 
@@ -157,7 +162,8 @@ def merge_groups(items: list[dict], device: str) -> Samples:
         for key in items[0]["rollout"]})
     return Samples([item["prompt_id"] for item in items], rollout,
                    torch.from_numpy(np.concatenate([item["correct"] for item in items])),
-                   torch.from_numpy(np.concatenate([item["rewards"] for item in items])), items[0]["seconds"])
+                   torch.from_numpy(np.concatenate([item["rewards"] for item in items])), items[0]["seconds"],
+                   items[0]["cpu_seconds"])
 
 
 # ------------------------------------------------------------------------------------------- roles
@@ -232,7 +238,7 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         return finish(run, channels)
     for index in range(run.step, min(run.step + k + 1, cfg.max_steps)):
         hand_out(index)
-    clock = time.perf_counter()
+    clock = clocks()
     last_generator_stats = None
     while run.step < cfg.max_steps:
         index = run.step
@@ -260,9 +266,9 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         del orders[index]
         if run.step + k < cfg.max_steps:
             hand_out(run.step + k)
-        now = time.perf_counter()
-        run.meter.wall_seconds += now - clock
-        step_seconds, clock = now - clock, now
+        step_seconds, cpu = since(clock)
+        run.meter.wall_seconds += step_seconds
+        run.meter.cpu_seconds += minibatch.cpu_seconds + cpu  # the generator's order + this step
         # 3. Pipeline metrics of this step.
         stats = items[0]["stats"]
         metrics.update({
@@ -287,7 +293,7 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
             return finish(run, channels)
         if run.checkpoint_due():
             run.save(extra={"orders": dict(orders)})
-        clock = time.perf_counter()
+        clock = clocks()
         if stop_at_step is not None and run.step >= stop_at_step:
             break
     finish(run, channels)

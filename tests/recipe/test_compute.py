@@ -1,8 +1,14 @@
-"""Compute accounting: FLOP estimates by hand and the meter's counters."""
+"""Compute accounting: FLOP estimates by hand, the meter's counters and its two clocks measuring real work."""
 
 from __future__ import annotations
 
-from recipe.compute import COMPUTE_AXES, ComputeMeter, ModelShape, sequence_cost
+import threading
+import time
+
+import pytest
+import torch
+
+from recipe.compute import COMPUTE_AXES, ComputeMeter, ModelShape, clock_for, clocks, since, sequence_cost
 
 
 def test_sequence_cost_counts_tokens_and_attention_context():
@@ -41,3 +47,94 @@ def test_meter_from_a_checkpoint_without_wall_clock_charges_generation_plus_trai
 def test_compute_axes_name_metrics_the_meter_logs():
     logged = set(ComputeMeter().metrics()) | {"step"}
     assert set(COMPUTE_AXES.values()) <= logged
+
+
+# ------------------------------------------------------------------ clocks: CPU-seconds on CPU, wall-clock on GPUs
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: one busy thread's CPU time can at most match the wall-clock."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def busy_matmuls(seconds: float) -> None:
+    """Real work for `seconds` of wall-clock: 256 x 256 fp32 matmuls."""
+    a = torch.randn(256, 256)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        a = torch.tanh(a @ a)
+
+
+def test_the_clock_follows_the_device():
+    assert clock_for("cpu") == "cpu"
+    assert clock_for("cuda") == clock_for("cuda:1") == "wall"
+    with pytest.raises(ValueError, match="compute clock 'gpu'"):
+        ComputeMeter(clock="gpu")
+
+
+def test_busy_work_is_charged_as_cpu_seconds_and_a_sleep_only_as_wall_clock(one_thread):
+    meter = ComputeMeter(devices=2, clock="cpu")
+    started = clocks()
+    busy_matmuls(0.3)
+    wall, cpu = since(started)
+    meter.wall_seconds += wall
+    meter.cpu_seconds += cpu
+    assert wall >= 0.3
+    # CPU time <= wall-clock for one thread (+ the clocks' granularity); > 0.1 s unless another process
+    # took more than two thirds of this core for the whole 0.3 s.
+    assert 0.1 < cpu <= wall + 0.02
+    started = clocks()
+    time.sleep(0.3)
+    wall_slept, cpu_slept = since(started)
+    meter.wall_seconds += wall_slept
+    meter.cpu_seconds += cpu_slept
+    assert wall_slept >= 0.3 and cpu_slept < 0.02  # waiting costs no CPU time
+    metrics = meter.metrics()
+    assert metrics["compute/device_seconds"] == metrics["compute/cpu_seconds"] == cpu + cpu_slept
+    assert metrics["compute/wall_device_seconds"] == 2 * (wall + wall_slept)
+    meter.clock = "wall"
+    assert meter.metrics()["compute/device_seconds"] == 2 * (wall + wall_slept)
+
+
+def test_cpu_seconds_count_the_work_of_every_thread_of_the_process(one_thread):
+    # The work runs on a second thread (torch releases the GIL) while this one sleeps in join():
+    # process CPU time must still include it, as it includes torch's intra-op threads.
+    worker_cpu = []
+
+    def work() -> None:
+        started = time.thread_time()
+        busy_matmuls(0.3)
+        worker_cpu.append(time.thread_time() - started)
+
+    started = clocks()
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+    _, cpu = since(started)
+    assert worker_cpu[0] > 0.1
+    assert cpu >= worker_cpu[0] - 0.01
+
+
+def test_the_clock_survives_a_checkpoint_and_an_old_checkpoint_resumes_with_wall_clock():
+    meter = ComputeMeter(devices=2, clock="cpu", wall_seconds=3.0, cpu_seconds=5.0)
+    restored = ComputeMeter(clock="wall")
+    restored.load_state_dict(meter.state_dict())
+    assert restored == meter and restored.device_seconds == 5.0
+    # A checkpoint written before the CPU clock (no clock, no cpu_seconds), resumed on CPU: the run
+    # keeps charging wall-clock x devices, never a mix of the two clocks.
+    old = ComputeMeter(devices=2, wall_seconds=3.0).state_dict()
+    del old["clock"], old["cpu_seconds"]
+    resumed = ComputeMeter(devices=2, clock=clock_for("cpu"))
+    resumed.load_state_dict(old)
+    assert resumed.clock == "wall" and resumed.device_seconds == 6.0
+
+
+def test_metrics_log_both_clocks_under_their_keys():
+    metrics = ComputeMeter(devices=4, clock="cpu", wall_seconds=1.5, cpu_seconds=2.5).metrics()
+    assert metrics["compute/device_seconds"] == 2.5
+    assert metrics["compute/cpu_seconds"] == 2.5
+    assert metrics["compute/wall_device_seconds"] == 6.0
+    assert metrics["compute/wall_seconds"] == 1.5

@@ -21,7 +21,8 @@ from recipe.tracking import read_metrics
 
 # Timing-dependent metrics: the only ones two identical runs may disagree on.
 TIMING = ("compute/device_seconds", "compute/device_hours", "compute/generation_seconds",
-          "compute/training_seconds", "compute/evaluation_seconds", "compute/wall_seconds", "eval/seconds")
+          "compute/training_seconds", "compute/evaluation_seconds", "compute/wall_seconds",
+          "compute/wall_device_seconds", "compute/cpu_seconds", "eval/seconds")
 # Parameters that size an alternative for the tiny testbed (defaults are for long-reasoning models).
 TESTBED_PARAMS = {
     ("length_control", "interruption"): {"min_thinking": 6, "max_thinking": 8, "answer_budget": 4},
