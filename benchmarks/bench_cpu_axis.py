@@ -71,13 +71,10 @@ def run_competitor(threads: int) -> int:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    """The CPU's model name, as benchmarks/bench_speed.py reads it (run as a script, benchmarks/ is on sys.path)."""
+    from bench_speed import cpu_model as read_cpu_model
+
+    return read_cpu_model()
 
 
 def loadavg() -> list[float]:
