@@ -41,11 +41,12 @@ MARGIN = 0.02
 def study(sweep_dir: Path, n_boot: int = 200) -> dict:
     """Measures (a)-(c) and the MDEs of one finished sweep directory."""
     import numpy as np
+    import pandas as pd
 
     from fitting.seeds import ceiling_identifiable, held_out_interval, pooled_sd
     from reports import schema
     from reports.sweep_data import load_sweep
-    from reports.tables import fit_sweep
+    from reports.tables import fit_sweep, verdict_text
 
     data = load_sweep(sweep_dir)
     fits = fit_sweep(data, n_boot=n_boot)
@@ -80,10 +81,9 @@ def study(sweep_dir: Path, n_boot: int = 200) -> dict:
     mdes = {}
     for name, row in table.iterrows():
         if name != schema.BASE:
+            lower_bound = row["MDE_is_lower_bound"]
             mdes[name] = {"axis": row["axis"], "MDE_A": _num(row["MDE_A"]), "MDE_pred": _num(row["MDE_pred"]),
-                          "lower_bound": bool(row["MDE_is_lower_bound"]) if row["MDE_is_lower_bound"] is not None
-                          and not (isinstance(row["MDE_is_lower_bound"], float) and math.isnan(row["MDE_is_lower_bound"]))
-                          else None}
+                          "lower_bound": None if pd.isna(lower_bound) else bool(lower_bound)}
     return {
         "sweep_dir": str(sweep_dir), "seeds": sorted({int(s) for _, s, _, _ in runs}),
         "budget": {"unit": budget.unit, "burn_in": budget.burn_in, "fit_at": budget.fit_at, "target": budget.target},
@@ -98,7 +98,7 @@ def study(sweep_dir: Path, n_boot: int = 200) -> dict:
             "seed_mean_fit": bool(base and ceiling_identifiable(base.fit)),
             "every_seed": bool(base and all(f is not None and ceiling_identifiable(f) for f in base.seed_fits.values())),
             "A": float(base.fit.a) if base else math.nan, "flags": list(base.fit.flags) if base else []},
-        "verdicts": {name: _verdict(row) for name, row in table.iterrows()},
+        "verdicts": {name: verdict_text(row) for name, row in table.iterrows()},
         "reasons": {name: row["reason"] for name, row in table.iterrows()},
         "mde": mdes,
     }
@@ -106,12 +106,6 @@ def study(sweep_dir: Path, n_boot: int = 200) -> dict:
 
 def _num(value) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-
-
-def _verdict(row) -> str:
-    from reports.tables import verdict_text
-
-    return verdict_text(row)
 
 
 def replication(first: dict, second: dict) -> dict:

@@ -80,18 +80,16 @@ def compare_loo(fits: Mapping[str, FitResult], base: str, *, margin: float = DEF
         raise FitInputError(f"base {base!r} is not among the fits; got {', '.join(map(repr, fits))}")
     if not (math.isfinite(margin) and margin >= 0):
         raise FitInputError(f"margin must be >= 0; got {margin!r}")
-    boot = {name: bootstrap_fit(fit, n_boot=n_boot, level=level, seed=seed) for name, fit in fits.items()}
     base_fit = fits[base]
     fit_at = base_fit.window[1] if fit_at is None else fit_at
     target = 2.0 * fit_at if target is None else target
+    boot = {name: bootstrap_fit(fit, n_boot=n_boot, level=level, seed=seed, target=target)
+            for name, fit in fits.items()}
     if seed_fits is None:
         seed_fits = {name: {0: fit} for name, fit in fits.items()}
-    noise = {}  # one-seed MDE: the within-run bootstrap sd (95% half-width / 1.96)
-    for name, fit in fits.items():
-        if len(seed_fits.get(name, {})) == 1:
-            prediction = bootstrap_fit(fit, n_boot=n_boot, level=level, seed=seed, target=target)
-            noise[name] = {"A": _half_width(boot[name].a_ci) / 1.96,
-                           "pred_at_target": _half_width(prediction.prediction_ci) / 1.96}
+    noise = {  # one-seed MDE: the within-run bootstrap sd (95% half-width / 1.96)
+        name: {"A": _half_width(boot[name].a_ci) / 1.96, "pred_at_target": _half_width(boot[name].prediction_ci) / 1.96}
+        for name in fits if len(seed_fits.get(name, {})) == 1}
     verdicts = seed_verdicts({name: seed_fits[name] for name in fits if seed_fits.get(name)}, base,
                              fit_at=fit_at, target=target, within_run_sd=noise, level=level)
     movers = {name for name, v in verdicts.items() if v.verdict == CEILING_MOVER}

@@ -234,17 +234,18 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
     values: dict[str, dict[str, dict[int, float]]] = {q: {} for q in ("A", "pred_at_target")}
     for fraction in REACH_LEVELS:
         values[_reach_key(fraction)] = {}
+    levels = {seed: reach_levels(fit, fit_at) for seed, fit in base_fits.items()}
+    for fraction in REACH_LEVELS:
+        values[_reach_key(fraction)][base] = dict.fromkeys(base_fits, 0.0)  # the base against itself
     for name, by_seed in seed_fits.items():
         values["A"][name] = {s: f.a for s, f in by_seed.items()}
         values["pred_at_target"][name] = {s: float(f.predict(target)) for s, f in by_seed.items()}
-        for seed, fit in by_seed.items():
-            if seed not in base_fits:
-                continue
-            levels = reach_levels(base_fits[seed], fit_at)
-            for fraction, level_value in levels.items():
-                ratio = log_reach_ratio(fit, base_fits[seed], level_value)
-                values[_reach_key(fraction)].setdefault(name, {})[seed] = ratio
-                values[_reach_key(fraction)].setdefault(base, {})[seed] = 0.0
+        if name == base:
+            continue
+        for fraction in REACH_LEVELS:
+            values[_reach_key(fraction)][name] = {
+                seed: log_reach_ratio(fit, base_fits[seed], levels[seed][fraction])
+                for seed, fit in by_seed.items() if seed in base_fits}
     effects: dict[str, dict[str, PairedEffect]] = {}
     # Each verdict tests len(values) - 1 effects (A and the reach levels; pred_at_target is reported,
     # not tested): Bonferroni keeps a null variant's chance of any verdict at 1 - level.
@@ -277,7 +278,7 @@ def _fmt_mde(effect: PairedEffect | None) -> str:
     return ("≥" if effect.mde_is_lower_bound else "") + f"{effect.mde:.3f}"
 
 
-def _times(log_ratio: float) -> str:
+def ratio_text(log_ratio: float) -> str:
     """A compute ratio from its log: 'x1.42', 'never reached' (+inf), 'x0' (-inf)."""
     if math.isinf(log_ratio):
         return "never reached" if log_ratio > 0 else "x0"
@@ -303,8 +304,8 @@ def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float
     if reach:
         signs = {effect.estimate > 0 for effect in reach}
         direction = "mixed" if len(signs) == 2 else ("slower" if signs == {True} else "faster")
-        parts = [f"compute to {e.quantity.removeprefix('reach_')}% of the base's gain {_times(e.estimate)} "
-                 f"[{_times(e.low)}, {_times(e.high)}]" for e in reach]
+        parts = [f"compute to {e.quantity.removeprefix('reach_')}% of the base's gain {ratio_text(e.estimate)} "
+                 f"[{ratio_text(e.low)}, {ratio_text(e.high)}]" for e in reach]
         return SeedVerdict(EFFICIENCY_SHAPER, direction, "; ".join(parts) + ceiling_note, effects, identifiable,
                            budget)
     return SeedVerdict(NO_EFFECT, None, mde + ceiling_note, effects, identifiable, budget)

@@ -31,10 +31,6 @@ def read_mlflow_file(sweep_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _verdict(row) -> str:
-    return verdict_text(row)
-
-
 def log_fit_results(sweep_dir: str | Path, table: pd.DataFrame, *, run_table: pd.DataFrame | None = None,
                     artifacts: Iterable[str | Path] = (), echo=print) -> bool:
     """Log fit metrics and tags on every job's run and `artifacts` on the parent run; False when no mlflow.json.
@@ -67,7 +63,7 @@ def log_fit_results(sweep_dir: str | Path, table: pd.DataFrame, *, run_table: pd
         values = {key: own[column] for key, column in schema.FIT_METRICS.items()}
         values.update({key: variant_row[column] for key, column in schema.FIT_VARIANT_METRICS.items()})
         metrics = [Metric(key, float(value), now, 0) for key, value in values.items() if _finite(value)]
-        tags = [RunTag(schema.TAG_VERDICT, _verdict(variant_row)),
+        tags = [RunTag(schema.TAG_VERDICT, verdict_text(variant_row)),
                 RunTag(schema.TAG_FIT_FLAGS, str(own["flags"]) or "none")]
         client.log_batch(mlflow_run_id, metrics=metrics, tags=tags)
     if missing:

@@ -406,14 +406,6 @@ def table_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[str
     return header, rows
 
 
-def _times(log_ratio) -> str:
-    if log_ratio is None or pd.isna(log_ratio):
-        return "-"
-    if math.isinf(log_ratio):
-        return "never" if log_ratio > 0 else "x0"
-    return f"x{math.exp(log_ratio):.2f}"
-
-
 def _mde_text(value, lower_bound) -> str:
     if value is None or pd.isna(value):
         return "-"
@@ -426,6 +418,8 @@ def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[
     Reach columns: the compute the variant needs to reach 50% / 90% of the gain the base made by
     fit_at, as a multiple of the base's (x1.30 = 30% more compute: slower).
     """
+    from fitting.seeds import ratio_text
+
     target = table.attrs.get("target")
     at = f"@{target:g}" if target else "@target"
     split = "\n" if stacked else " "
@@ -443,8 +437,8 @@ def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[
         if pd.isna(r.get(prefix, math.nan)):
             return "-"
         low = r[f"{prefix}_lo"]
-        interval = "" if pd.isna(low) else f"{split}[{_times(low)}, {_times(r[f'{prefix}_hi'])}]"
-        return _times(r[prefix]) + interval
+        interval = "" if pd.isna(low) else f"{split}[{ratio_text(low)}, {ratio_text(r[f'{prefix}_hi'])}]"
+        return ratio_text(r[prefix]) + interval
 
     rows = []
     for _, r in table.iterrows():
@@ -476,25 +470,25 @@ def low_truncation_text(share) -> str:
     return f"{share:.0%}" + (" (!)" if share < schema.LOW_TRUNCATION_STEPS_PAPER else "")
 
 
+def aligned_lines(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A plain-text table: columns padded to their widest cell, a dashed rule under the header."""
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header] + rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
 def format_loo_table(table: pd.DataFrame) -> str:
     """The LOO table as aligned plain text, with its caption and the meaning of every flag that occurs."""
     from fitting import FLAG_MEANINGS
 
-    header, rows = table_cells(table)
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header] + rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines = aligned_lines(*table_cells(table))
     if table.attrs.get("caption"):
         lines.insert(0, table.attrs["caption"])
     if "low_truncation_steps" in table.columns and table["low_truncation_steps"].notna().any():
         lines.append(f"\nsteps trunc<5%: {TRUNCATION_NOTE}")
     if "reason" in table.columns and (table["variant"] != schema.BASE).any():
-        header, rows = evidence_cells(table)
-        widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-        lines.append("")
-        lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header] + rows]
-        lines.insert(len(lines) - len(rows), "  ".join("-" * w for w in widths))
-        lines.append(textwrap.fill(EVIDENCE_NOTE, 160))
+        lines += ["", *aligned_lines(*evidence_cells(table)), textwrap.fill(EVIDENCE_NOTE, 160)]
     flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]
     if flagged:
         lines.append("\nflags (reasons not to trust a fit):")
