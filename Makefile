@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints-cpu.txt setup.cfg
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing into $(VENV) (first run only: a few minutes; log in $(VENV)/install.log)"
 	@($(BIN)/python -m pip install --constraint constraints-cpu.txt torch && \
-	  $(BIN)/python -m pip install --constraint constraints-cpu.txt --editable '.[dev]') \
+	  $(BIN)/python -m pip install --constraint constraints-cpu.txt --editable '.[dev,trl]') \
 	  > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log; exit 1; }
 	@touch $(STAMP)
 

@@ -103,7 +103,7 @@ def check_warm_start(overrides: list[str]) -> None:
     warm = cache_root(cfg.warm_start) / "warm_start" / warm_start_key(cfg.model, cfg.warm_start, cfg.task)
     if not (warm / "warm_start.json").is_file():
         raise SystemExit(f"bench_cpu_axis: the warm start {warm} is not built; build it first, e.g. "
-                         ".venv/bin/python -c \"from recipe.config import load_recipe; from recipe.loop import "
+                         ".venv/bin/python -c \"from recipe.config import load_recipe; from recipe.run import "
                          "model_directory; model_directory(load_recipe(), log_every=100)\"")
 
 

@@ -62,7 +62,8 @@ def main(argv=None) -> int:
     import torch
 
     from recipe.config import load_recipe
-    from recipe.loop import model_directory, train
+    from recipe.engines import train
+    from recipe.run import model_directory
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,8 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     from recipe.config import load_recipe
-    from recipe.loop import model_directory, train
+    from recipe.engines import train
+    from recipe.run import model_directory
 
     results = {}
     for seed in args.seeds:

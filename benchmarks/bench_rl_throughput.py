@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     from recipe.compute import ModelShape, sequence_cost
     from recipe.config import load_recipe
     from recipe.generator import generate
-    from recipe.loop import build_components, model_directory
+    from recipe.run import build_components, model_directory
     from recipe.model import load_model_dir
     from recipe.tasks import build_task
     from recipe.trainer import TrainBatch, build_optimizer, train_step

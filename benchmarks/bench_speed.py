@@ -15,7 +15,7 @@ machine noise hits all three alike:
 (a) and (b) run the ScaleRL recipe with off_policy=ppo_off_policy (synchronous; default k=8), 32
 prompts x 8 samples, seed 0, 2 torch threads (OMP_NUM_THREADS=2), the cached embedded warm start
 (both trees must resolve the same warm-start directory; the child refuses to build one), MLflow off,
-a temporary run dir. The child replays recipe.loop.train()'s loop body without evaluation or
+a temporary run dir. The child replays recipe.engines.native's loop body without evaluation or
 checkpoints, with APIs both trees have (Run, sample_groups, assemble_minibatch, train_on): per round
 of k minibatches, k x (curriculum.sample + sample_groups + assemble_minibatch) = generation, then k
 x train_on = training, each timed with time.perf_counter. A step = one minibatch's generation +
@@ -94,7 +94,10 @@ def run_child(args) -> int:
                              f"tree under test {tree}; refusing to measure the wrong code")
     from recipe.compute import ModelShape, sequence_cost
     from recipe.config import load_recipe
-    from recipe.loop import Run, assemble_minibatch, sample_groups, train_on
+    try:
+        from recipe.run import Run, assemble_minibatch, sample_groups, train_on
+    except ImportError:  # trees from before the engine split (recipe/engines/) kept them in recipe.loop
+        from recipe.loop import Run, assemble_minibatch, sample_groups, train_on
     from recipe.warm_start import cache_root, warm_start_key
 
     total = args.warmup + args.steps
@@ -106,7 +109,7 @@ def run_child(args) -> int:
         model_dir = warm
         if not (warm / "warm_start.json").is_file():
             raise SystemExit(f"bench_speed child: the warm start {warm} is not built (tree {tree}); build it first, "
-                             "e.g. .venv/bin/python -c \"from recipe.config import load_recipe; from recipe.loop "
+                             "e.g. .venv/bin/python -c \"from recipe.config import load_recipe; from recipe.run "
                              "import model_directory; model_directory(load_recipe(), log_every=100)\"")
     run_dir = Path(tempfile.mkdtemp(prefix="run_", dir=Path(args.result).parent))
     try:

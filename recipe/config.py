@@ -27,8 +27,10 @@ from omegaconf import OmegaConf
 
 from components import REGISTRIES
 from components.registry import ConfigError, check_value_type, describe_value
+from recipe.engines.support import check_engine
 from recipe.run_config import (
     CheckpointConfig,
+    EngineConfig,
     EvalConfig,
     ModelConfig,
     OptimizerConfig,
@@ -59,6 +61,7 @@ class RecipeConfig:
     eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     seed: int = 0
     max_steps: int = 250
 
@@ -146,7 +149,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "eval.every_steps": (1, math.inf, True), "eval.points_per_doubling": (0, math.inf, True),
     "eval.num_prompts": (1, math.inf, True),
     "eval.samples_per_prompt": (1, math.inf, True), "checkpoint.every_steps": (1, math.inf, True),
-    "max_steps": (0, math.inf, True),
+    "max_steps": (0, math.inf, True), "engine.num_processes": (1, math.inf, True),
 }
 
 
@@ -316,6 +319,13 @@ def compose_recipe(source: str | Path | None, layers: Sequence[tuple[str, Mappin
         data = apply_layer(data, read_yaml(source), str(source))
     for name, layer in layers:
         data = apply_layer(data, layer, name)
+    # A choice the engine cannot run fails here, before any job starts, named after the last layer
+    # (the one that completed the recipe: a sweep variant's axis, the overrides, the file).
+    last = layers[-1][0] if layers else (str(source) if source is not None else "")
+    try:
+        check_engine(data)
+    except ConfigError as error:
+        raise ConfigError(f"{last}: {error}" if last else str(error)) from None
     return from_dict(data)
 
 

@@ -103,6 +103,18 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
+class EngineConfig:
+    # Who trains the recipe: "native" (recipe/engines/native.py, PipelineRL in recipe/engines/pipeline.py)
+    # or "trl" (Hugging Face TRL's GRPOTrainer, `pip install -e '.[trl]'`; recipe/engines/trl.py).
+    # Which recipe choices each can run: recipe/engines/support.py (README: "Engines").
+    name: str = "native"
+    # trl only: processes per job, one GPU each; > 1 runs the job under `accelerate launch`.
+    num_processes: int = 1
+    # trl only: None generates with transformers; "colocate" or "server" uses vLLM as TRL configures it.
+    vllm_mode: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class TrackingConfig:
     # MLflow mirrors metrics.jsonl. None: MLFLOW_TRACKING_URI if set, else sqlite:///<runs root>/mlflow.db.
     mlflow: bool = True

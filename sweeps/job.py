@@ -39,7 +39,7 @@ class TrainingJob:
     def __call__(self) -> dict[str, Any]:
         import torch
 
-        from recipe.loop import train
+        from recipe.engines import train
 
         torch.set_num_threads(self.threads)
         run_dir = Path(self.run_dir)

@@ -7,6 +7,8 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="sweep spec YAML, e.g. sweeps/loo.yaml")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print what each job runs on its node (the accelerate command of a multi-GPU trl job)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -14,5 +16,5 @@ def run(args: argparse.Namespace) -> int:
     from sweeps.spec import load_spec
 
     spec = load_spec(args.spec)
-    print(format_plan(spec, plan_sweep(spec)), end="")
+    print(format_plan(spec, plan_sweep(spec), verbose=args.verbose), end="")
     return 0

@@ -73,6 +73,7 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
         identifier = run_id(recipe)
         return Job(identifier, axis, label, seed, recipe, runs_dir / identifier)
 
+    compose_recipe(source, common)  # the base alone first, so its errors name the overrides, not a seed
     jobs = [job(BASE, BASE, seed, []) for seed in spec.seeds]
     base_recipe = jobs[0].recipe
     seen: dict[str, str] = {}
@@ -80,20 +81,52 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
         for value in alternatives(axis, entry):
             label = choice_label(value)
             path = f"axes.{axis}"
-            variant = compose_recipe(source, common + [(path, {axis: value})])
+            layer = {axis: {"name": value} if axis == "engine" and isinstance(value, str) else value}
+            variant = compose_recipe(source, common + [(path, layer)])
             if getattr(variant, axis) == getattr(base_recipe, axis):
                 raise ConfigError(
                     f"{path}: {label!r} resolves to the base's own choice {getattr(base_recipe, axis)}; "
                     "a LOO variant must change the axis (remove it or pick another alternative)"
                 )
-            resolved = repr(getattr(variant, axis))
+            resolved = (axis, repr(getattr(variant, axis)))  # per axis: batch_filter none is not length_control none
             if resolved in seen:
                 raise ConfigError(f"{path}: {label!r} is the same variant as {seen[resolved]!r}; list it once")
             seen[resolved] = label
-            jobs.extend(job(axis, label, seed, [(path, {axis: value})]) for seed in spec.seeds)
+            jobs.extend(job(axis, label, seed, [(path, layer)]) for seed in spec.seeds)
     for planned in jobs:
         check_cores(spec, planned)
+        check_gpus(spec, planned)
+    check_engines(spec, jobs)
     return jobs
+
+
+def check_engines(spec: SweepSpec, jobs: list[Job]) -> None:
+    """One engine per sweep unless the spec allows mixing (device-seconds of two engines do not compare)."""
+    engines = sorted({job.recipe.engine.name for job in jobs})
+    if len(engines) > 1 and not spec.allow_mixed_engines:
+        raise ConfigError(
+            f"axes.engine: the sweep's jobs use engines {' and '.join(engines)}; their curves are not comparable on "
+            "compute (two implementations of the same step run at different speeds). Run one engine per sweep, "
+            "or set allow_mixed_engines: true to compare the engines themselves")
+
+
+def check_gpus(spec: SweepSpec, job: Job) -> None:
+    """A multi-process trl job on SLURM needs a GPU per process on its node."""
+    processes = job.recipe.engine.num_processes
+    gpus = spec.executor.slurm.gpus_per_node
+    if spec.executor.name == "slurm" and processes > 1 and processes > gpus:
+        raise ConfigError(f"executor.slurm.gpus_per_node: got {gpus}, but job {job.variant} runs engine.num_processes "
+                          f"{processes} (one GPU each); set gpus_per_node: {processes} or lower engine.num_processes")
+
+
+def launch_line(job: Job) -> str:
+    """What a job runs on its node: in-process, or the accelerate command of a multi-process trl job."""
+    engine = job.recipe.engine
+    if engine.name == "trl" and engine.num_processes > 1:
+        from recipe.engines.launch import launch_command
+
+        return " ".join(launch_command(job.run_dir, engine.num_processes))
+    return f"in the job's process (engine {engine.name})"
 
 
 def role_devices(recipe: RecipeConfig) -> tuple[int, int] | None:
@@ -131,10 +164,11 @@ def resources(spec: SweepSpec, job: Job) -> str:
     return f"in-process{split}"
 
 
-def format_plan(spec: SweepSpec, jobs: list[Job]) -> str:
+def format_plan(spec: SweepSpec, jobs: list[Job], verbose: bool = False) -> str:
     """The job table `sweep plan` prints."""
-    header = ("id", "axis", "choice", "seed", "resources")
-    rows = [(job.run_id, job.axis, job.choice, str(job.seed), resources(spec, job)) for job in jobs]
+    header = ("id", "axis", "choice", "seed", "engine", "resources")
+    rows = [(job.run_id, job.axis, job.choice, str(job.seed), job.recipe.engine.name, resources(spec, job))
+            for job in jobs]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in [header, *rows]]
     variants = len({job.variant for job in jobs})
@@ -145,4 +179,7 @@ def format_plan(spec: SweepSpec, jobs: list[Job]) -> str:
         f"train to {budget.target:g} {budget.unit}, fit on [{budget.burn_in:g}, {budget.fit_at:g}]; "
         f"output {output_dir(spec)}"
     )
+    if verbose:
+        lines.append("")
+        lines.extend(f"{job.run_id}: {launch_line(job)}" for job in jobs)
     return "\n".join(lines) + "\n"

@@ -99,6 +99,10 @@ class SweepSpec:
     tracking: TrackingSpec = dataclasses.field(default_factory=TrackingSpec)
     # None: runs/<name>. Relative paths are from the current directory.
     output_dir: Optional[str] = None
+    # Curves from different engines are not comparable on device-seconds (two implementations of the
+    # same step run at different speeds), so a sweep whose jobs use several engines (axes: {engine: trl})
+    # is refused unless this says it is meant.
+    allow_mixed_engines: bool = False
     # Testing aid: variant ("base", "loss=dapo", ...) -> training step at which that job crashes.
     faults: Dict[str, int] = dataclasses.field(default_factory=dict)
     # Where a relative `base` recipe path is resolved from (set to the spec file's folder).
@@ -159,8 +163,8 @@ def check_spec_values(spec: SweepSpec) -> None:
     if len(set(spec.seeds)) != len(spec.seeds):
         raise ConfigError(f"seeds: {list(spec.seeds)} repeats a seed")
     for axis in spec.axes:
-        if axis not in REGISTRIES:
-            raise ConfigError(f"axes.{axis}: unknown axis; valid axes: {', '.join(REGISTRIES)}")
+        if axis not in (*REGISTRIES, "engine"):
+            raise ConfigError(f"axes.{axis}: unknown axis; valid axes: {', '.join(REGISTRIES)}, engine")
     check_executor(spec.executor)
     base_source(spec)
 

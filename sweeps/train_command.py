@@ -88,7 +88,7 @@ def run(args) -> int:
     elif device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: CUDA is not available on this machine")
     run_dir = args.run_dir or os.path.join(args.runs_dir, run_id(cfg))
-    from recipe.loop import train
+    from recipe.engines import train
 
     print(f"run {run_id(cfg)} -> {run_dir} ({device}, {threads} threads)", file=sys.stderr, flush=True)
     progress = Progress(cfg.max_steps)

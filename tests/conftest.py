@@ -26,6 +26,22 @@ def tiny_model_dir(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_learner_dir(tmp_path_factory):
+    """The tiny model warm-started to a low pass rate (~0.16, teacher right 10% of the time), like the
+    embedded testbed: RL has room to raise it within a few dozen steps (learning tests)."""
+    import dataclasses
+
+    import torch
+
+    from recipe.warm_start import build_warm_start
+
+    torch.set_num_threads(1)
+    path = tmp_path_factory.mktemp("tiny_learner") / "model"
+    build_warm_start(TINY_MODEL, dataclasses.replace(TINY_WARM_START, teacher_correct_prob=0.1), TINY_TASK, path)
+    return path
+
+
 def tiny_override_list(model_dir, run_steps: int = 8) -> list[str]:
     """Overrides that turn the ScaleRL base recipe into a seconds-long run of the tiny model."""
     return [

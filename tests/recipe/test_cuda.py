@@ -51,7 +51,7 @@ def test_the_fp32_head_is_true_fp32_in_generator_and_trainer_on_cuda(tiny_model_
 @pytest.mark.parametrize("off_policy", ["ppo_off_policy", "pipeline_rl"])
 def test_the_tiny_recipe_trains_on_cuda(tiny_overrides, tmp_path, off_policy):
     from recipe.config import load_recipe
-    from recipe.loop import train
+    from recipe.engines import train
 
     cfg = load_recipe(None, tiny_overrides(f"off_policy={off_policy}", "off_policy.k=2", "model.dtype=bfloat16",
                                            run_steps=4))

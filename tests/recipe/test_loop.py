@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from components import REGISTRIES
-from recipe.loop import train
+from recipe.engines import train
 from recipe.tracking import read_metrics
 
 # Timing-dependent metrics: the only ones two identical runs may disagree on.

@@ -17,9 +17,9 @@ import torch
 
 from components import REGISTRIES
 from recipe.generator import generate
-from recipe.loop import train
+from recipe.engines import train
 from recipe.model import lm_parts, load_model_dir
-from recipe.pipeline import ROLES_FILE, SharedMemoryWeights
+from recipe.engines.pipeline import ROLES_FILE, SharedMemoryWeights
 from recipe.tracking import read_metrics
 from recipe.trainer import sequence_logprobs
 

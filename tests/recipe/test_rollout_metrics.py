@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from recipe.generator import Rollout
-from recipe.loop import Samples, assemble_minibatch, build_components
+from recipe.run import Samples, assemble_minibatch, build_components
 from recipe.scalerl import SCALERL
 
 

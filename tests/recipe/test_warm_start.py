@@ -80,7 +80,7 @@ def test_build_reports_progress_and_a_waiting_job_sees_the_builders_progress(tmp
 
 def test_a_run_shows_the_warm_start_as_its_phase_while_it_builds(tmp_path, monkeypatch):
     from recipe.config import load_recipe
-    from recipe.loop import model_directory
+    from recipe.run import model_directory
     from recipe.tracking import read_phase
 
     monkeypatch.setenv("SCALERL_CACHE", str(tmp_path / "cache"))
@@ -89,15 +89,15 @@ def test_a_run_shows_the_warm_start_as_its_phase_while_it_builds(tmp_path, monke
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     phases = []
-    import recipe.loop
+    import recipe.run
 
-    original = recipe.loop.write_phase
+    original = recipe.run.write_phase
 
     def spy(path, phase, done=None, total=None):  # the real writer; the test reads back each state
         original(path, phase, done, total)
         phases.append(read_phase(path))
 
-    monkeypatch.setattr(recipe.loop, "write_phase", spy)
+    monkeypatch.setattr(recipe.run, "write_phase", spy)
     model_directory(cfg, run_dir=run_dir)
     progress = [(p["phase"], p["done"], p["total"]) for p in phases if p is not None]
     assert progress[0] == ("warm start", 0, 2) and progress[-1] == ("warm start", 2, 2)

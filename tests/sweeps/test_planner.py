@@ -83,7 +83,7 @@ def test_sweep_plan_prints_the_table_without_importing_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["id", "axis", "choice", "seed", "resources"]
+    assert lines[0].split() == ["id", "axis", "choice", "seed", "engine", "resources"]
     job_lines = [line for line in lines[1:] if re.fullmatch(r"[0-9a-f]{12}", line.split(" ")[0])]
     assert [line.split()[1] for line in job_lines] == [axis for axis, _, _ in GOLDEN_LOO]
     assert f"{len(GOLDEN_LOO)} jobs: {len(GOLDEN_LOO)} variants x 1 seed(s); executor local" in result.stdout
@@ -106,3 +106,42 @@ def test_a_local_pipeline_job_needs_a_core_per_role():
         plan_sweep(spec(executor=local))
     # The synchronous schedule fits in one core.
     assert plan_sweep(spec(executor=local, overrides={"off_policy": {"name": "ppo_off_policy"}}))
+
+
+# The nearest recipe to the ScaleRL base that engine trl can run (README, "Engines").
+TRL_OVERRIDES = {"engine": {"name": "trl"}, "aggregation": "token_mean", "curriculum": "uniform",
+                 "length_control": "none", "off_policy": {"name": "ppo_off_policy", "k": 8}}
+
+
+def test_a_sweep_mixing_engines_is_refused_unless_the_spec_allows_it():
+    native_base = {"off_policy": {"name": "ppo_off_policy", "k": 8}, "aggregation": "token_mean",
+                   "curriculum": "uniform", "length_control": "none"}
+    with pytest.raises(ConfigError, match=r"axes\.engine: the sweep's jobs use engines native and trl; their curves "
+                                          r"are not comparable on compute .* set allow_mixed_engines: true"):
+        plan_sweep(spec(overrides=native_base, axes={"engine": "trl"}))
+    jobs = plan_sweep(spec(overrides=native_base, axes={"engine": "trl"}, allow_mixed_engines=True))
+    assert [(job.variant, job.recipe.engine.name) for job in jobs] == [
+        ("base", "native"), ("base", "native"), ("engine=trl", "trl"), ("engine=trl", "trl")]
+
+
+def test_a_variant_trl_cannot_run_fails_at_plan_time_naming_the_axis_and_the_fix():
+    with pytest.raises(ConfigError, match=r"axes\.off_policy: off_policy: pipeline_rl cannot run on engine trl \(TRL "
+                                          r"generates and trains in turns, never in flight; use off_policy "
+                                          r"ppo_off_policy, or engine native\)"):
+        plan_sweep(spec(overrides=TRL_OVERRIDES, axes={"off_policy": "pipeline_rl"}))
+
+
+def test_plan_verbose_shows_the_accelerate_command_of_a_multi_gpu_trl_job():
+    from sweeps.planner import format_plan
+
+    overrides = {**TRL_OVERRIDES, "engine": {"name": "trl", "num_processes": 4}}
+    slurm = {"name": "slurm", "slurm": {"gpus_per_node": 2}}
+    with pytest.raises(ConfigError, match=r"executor\.slurm\.gpus_per_node: got 2, but job base runs "
+                                          r"engine\.num_processes 4 \(one GPU each\); set gpus_per_node: 4"):
+        plan_sweep(spec(overrides=overrides, executor=slurm))
+    planned = spec(overrides=overrides, executor={"name": "slurm", "slurm": {"gpus_per_node": 4}})
+    jobs = plan_sweep(planned)
+    text = format_plan(planned, jobs, verbose=True)
+    assert f"{jobs[0].run_id}: accelerate launch --num_processes 4 --num_machines 1 -m recipe.engines.trl " \
+           f"{jobs[0].run_dir}" in text
+    assert "trl" in format_plan(planned, jobs).splitlines()[1].split()

@@ -1,16 +1,11 @@
-"""The RL training run, top to bottom: sample -> reward -> filter -> advantages -> k updates -> eval.
+"""What every native engine shares: the run's state and the building blocks of one RL step.
 
-One generation round under PPO-off-policy-k: the curriculum picks P prompts, the frozen policy
-samples G responses each (B = P G sequences) and records behaviour logprobs; the checker scores
-them (+1 / -1), length control shapes the rewards, the batch filter drops groups and the advantage
-normalization scales the rest. k such minibatches are generated before any weight changes, then
-the trainer takes k optimizer steps on them in order (minibatch j is j steps stale; k = 1 is
-on-policy). At each evaluation step (evenly spaced in log steps, recipe.evaluation.evaluation_steps)
-the validation pass rate is logged with the compute spent; at the first round boundary past every
-checkpoint.every_steps steps the run is checkpointed.
-
-Rerunning on the same run directory resumes from its checkpoint and continues bit-identically.
-Run it as `sweep train RECIPE.yaml [key=value ...]`.
+`Run` loads (or resumes from its checkpoint) everything a run carries between steps: model,
+optimizer, components, curriculum, compute meter, random streams, metrics sink. `sample_groups`
+samples and scores G responses to P prompts, `assemble_minibatch` filters groups and normalizes
+advantages, `train_on` takes one optimizer step and charges its compute. The synchronous loop
+(recipe/engines/native.py) and PipelineRL's trainer and generator processes
+(recipe/engines/pipeline.py) compose them; neither engine imports the other.
 """
 
 from __future__ import annotations
@@ -229,7 +224,7 @@ class Run:
     """Everything a run carries between steps, loaded from the run directory (resumed from its checkpoint).
 
     Both schedules use it: the synchronous loop below and the PipelineRL trainer process
-    (recipe/pipeline.py). `extra` holds the checkpoint's schedule-specific fields.
+    (recipe/engines/pipeline.py). `extra` holds the checkpoint's schedule-specific fields.
     """
 
     def __init__(self, cfg: RecipeConfig, run_dir: Path, device: str, devices: int) -> None:
@@ -299,63 +294,3 @@ class Run:
             "extra": extra or {},
         })
         self.last_checkpoint = self.step
-
-
-def train(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "auto",
-          on_eval: Callable[[dict], None] | None = None, on_step: Callable[[int, ComputeMeter], None] | None = None,
-          stop_at_step: int | None = None) -> list[dict]:
-    """Run (or resume) `cfg` in `run_dir` on `device` (auto: CUDA if present); returns the evaluation records.
-
-    stop_at_step: return early once that step is reached (after any checkpoint due then) - tests
-    use it to interrupt a run at a known point. An asynchronous off-policy mode (pipeline_rl) runs
-    in generator and trainer processes (recipe/pipeline.py); the callbacks then run in this process.
-    """
-    device = resolve_device(device)
-    if device.startswith("cuda"):
-        configure_cuda()
-    if REGISTRIES["off_policy"].build(cfg.off_policy).asynchronous:
-        from recipe.pipeline import train_pipeline
-
-        return train_pipeline(cfg, run_dir, device=device, on_eval=on_eval, on_step=on_step, stop_at_step=stop_at_step)
-    run = Run(cfg, Path(run_dir), device, default_devices(device))
-
-    def log_eval() -> None:
-        record = run.evaluate()
-        if on_eval is not None:
-            on_eval(record)
-
-    try:
-        if not run.resumed:
-            log_eval()
-        while run.step < cfg.max_steps:
-            # 1. Generation round: k minibatches sampled with the same frozen weights (version = step).
-            k = min(run.c.off_policy.k, cfg.max_steps - run.step)
-            round_ = []
-            for _ in range(k):
-                samples = sample_groups(run.model, run.tokenizer, run.task, run.c, cfg,
-                                        run.c.curriculum.sample(cfg.rollout.prompts_per_batch), run.rngs,
-                                        policy_version=run.step)
-                round_.append(assemble_minibatch(samples, run.c))
-            # 2. k optimizer steps, minibatch j after j updates since it was sampled.
-            for minibatch in round_:
-                started = clocks()
-                metrics = train_on(minibatch, run.step, run)
-                wall, cpu = since(started)
-                run.meter.wall_seconds += minibatch.seconds + wall  # one role at a time
-                run.meter.cpu_seconds += minibatch.cpu_seconds + cpu
-                run.step += 1
-                run.pending.add(metrics)
-                if on_step is not None:
-                    on_step(run.step, run.meter)
-                if run.eval_due():
-                    log_eval()
-            # 3. Checkpoints sit on round boundaries, where no sampled-but-untrained data exists.
-            if run.checkpoint_due():
-                run.save()
-            if stop_at_step is not None and run.step >= stop_at_step:
-                return run.tracker.records
-    except BaseException:
-        run.tracker.finish("FAILED")  # the MLflow run must not look alive; metrics.jsonl is already complete
-        raise
-    run.tracker.finish()
-    return run.tracker.records

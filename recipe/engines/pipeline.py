@@ -54,7 +54,7 @@ from components import REGISTRIES
 from recipe.compute import clocks, since
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
-from recipe.loop import (Run, Samples, assemble_minibatch, build_components, configure_cuda, model_directory,
+from recipe.run import (Run, Samples, assemble_minibatch, build_components, configure_cuda, model_directory,
                          prepare_run_dir, sample_groups, train_on)
 from recipe.model import load_model_dir
 from recipe.tasks import build_task
@@ -386,7 +386,7 @@ def stop_roles(processes: dict, channels: Channels) -> None:
 def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu",
                    on_eval: Callable[[dict], None] | None = None, on_step: Callable[[int, Any], None] | None = None,
                    stop_at_step: int | None = None) -> list[dict]:
-    """Run (or resume) a pipeline_rl recipe; same contract as recipe.loop.train.
+    """Run (or resume) a pipeline_rl recipe; the contract of recipe.engines.train.
 
     on_eval runs here, with the trainer waiting on it: an exception from it (e.g. the sweep's
     TargetReached) stops the run right after that evaluation and is re-raised here. on_step gets

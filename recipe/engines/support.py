@@ -1,0 +1,129 @@
+"""Which recipe choices each training engine can run, and how: the one place that decides it.
+
+A row per (axis, choice): how the native engine runs it, and how TRL's GRPOTrainer does (a config
+field it has, an extension point we fill in recipe/engines/trl.py, or a refusal with the fix).
+`check_engine` refuses a recipe before any job starts; `support_table` prints the README's table.
+Torch-free: the sweep planner calls it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from components.registry import ConfigError
+
+ENGINES = ("native", "trl")
+
+
+class UnsupportedRecipe(ConfigError):
+    """A recipe choice the chosen engine cannot run; the message names the axis, the choice and the fix."""
+
+
+@dataclass(frozen=True)
+class Support:
+    kind: str  # "config" (a TRL setting), "emulated" (our code at a TRL extension point) or "refused"
+    how: str
+
+
+def config(how: str) -> Support:
+    return Support("config", how)
+
+
+def emulated(how: str) -> Support:
+    return Support("emulated", how)
+
+
+def refused(how: str) -> Support:
+    return Support("refused", how)
+
+
+# (axis, choice) -> how the trl engine runs it. The native engine runs every registered choice.
+TRL_SUPPORT: dict[tuple[str, str], Support] = {
+    ("loss", "cispo"): config("loss_type cispo, epsilon_high = eps_max (TRL's CISPO is token-mean only)"),
+    ("loss", "dapo"): config("PPO clip with epsilon = eps_low, epsilon_high = eps_high"),
+    ("loss", "grpo"): config("PPO clip with epsilon = epsilon_high = eps"),
+    ("loss", "gspo"): config("importance_sampling_level sequence, epsilon = eps_low, epsilon_high = eps_high"),
+    ("aggregation", "token_mean"): config("loss_type dapo (cispo for the CISPO loss): token mean over the batch"),
+    ("aggregation", "sample_mean"): config("loss_type grpo: mean over each sequence, then over sequences"),
+    ("aggregation", "prompt_mean"): refused("TRL has no per-prompt normalizer; use aggregation token_mean or "
+                                            "sample_mean, or engine native"),
+    ("advantage_norm", "batch"): emulated("our advantage_norm recomputes TRL's advantages from the same rewards"),
+    ("advantage_norm", "prompt"): emulated("our advantage_norm recomputes TRL's advantages from the same rewards"),
+    ("advantage_norm", "none"): emulated("our advantage_norm recomputes TRL's advantages from the same rewards"),
+    ("batch_filter", "zero_variance"): emulated("a filtered group's loss mask is zeroed (no gradient, not in a "
+                                                "token-mean normalizer; sample_mean still counts its rows)"),
+    ("batch_filter", "none"): config("TRL's default: zero-variance groups stay, with advantage 0"),
+    ("curriculum", "uniform"): config("TRL's sampler: every prompt once per epoch, shuffled by the seed"),
+    ("curriculum", "no_positive_resampling"): refused("TRL's sampler takes no feedback from pass rates; use "
+                                                      "curriculum uniform, or engine native"),
+    ("length_control", "none"): config("max_completion_length = rollout.max_new_tokens; a cut sample scores wrong"),
+    ("length_control", "length_penalty"): emulated("the DAPO overlong penalty added in our reward function"),
+    ("length_control", "interruption"): refused("TRL's generation cannot force the interruption phrase mid-sequence; "
+                                                "use length_control length_penalty or none, or engine native"),
+    ("off_policy", "ppo_off_policy"): config("steps_per_generation = k optimizer steps per generation "
+                                             "(old logprobs recomputed by TRL at generation time)"),
+    ("off_policy", "pipeline_rl"): refused("TRL generates and trains in turns, never in flight; use off_policy "
+                                           "ppo_off_policy, or engine native"),
+    ("precision", "lm_head"): emulated("fp32_head true: cast_lm_head_to_fp32; false on a float32 body: the head's "
+                                       "forward runs in bf16 as the native engine's does"),
+}
+
+# Choices the trl engine refuses only in combination: (axis, choice, other axis, other choice, fix).
+TRL_REFUSED_PAIRS = (
+    ("loss", "cispo", "aggregation", "sample_mean",
+     "TRL's CISPO aggregates by token mean only; use aggregation token_mean with loss cispo, or engine native"),
+)
+
+
+def axis_choices(recipe: Mapping[str, Any]) -> dict[str, str]:
+    """{axis: chosen component name} of a recipe dict (or RecipeConfig's dict form)."""
+    from components import REGISTRIES
+
+    return {axis: recipe[axis]["name"] for axis in REGISTRIES}
+
+
+def check_engine(recipe: Mapping[str, Any]) -> None:
+    """Raise UnsupportedRecipe if recipe["engine"]["name"] cannot run the recipe's choices."""
+    engine = recipe["engine"]["name"]
+    if engine not in ENGINES:
+        raise UnsupportedRecipe(f"engine.name: got {engine!r}, expected one of {', '.join(ENGINES)}")
+    if recipe["engine"]["vllm_mode"] not in (None, "colocate", "server"):
+        raise UnsupportedRecipe(f"engine.vllm_mode: got {recipe['engine']['vllm_mode']!r}, expected null, colocate or server")
+    if engine == "native":
+        if recipe["engine"]["vllm_mode"] is not None:
+            raise UnsupportedRecipe("engine.vllm_mode: only engine trl uses it; set it to null for engine native")
+        if recipe["engine"]["num_processes"] != 1:
+            raise UnsupportedRecipe("engine.num_processes: the native engine runs one process per role; "
+                                    "set engine.num_processes 1 (use off_policy pipeline_rl's *_devices to split roles) "
+                                    "or engine.name trl for accelerate-launched multi-GPU training")
+        return
+    choices = axis_choices(recipe)
+    for axis, choice in choices.items():
+        support = TRL_SUPPORT.get((axis, choice))
+        if support is None or support.kind == "refused":
+            why = support.how if support else "no mapping to TRL yet; use engine native"
+            raise UnsupportedRecipe(f"{axis}: {choice} cannot run on engine trl ({why}); engines that can: native")
+    for axis, choice, other, other_choice, fix in TRL_REFUSED_PAIRS:
+        if choices[axis] == choice and choices[other] == other_choice:
+            raise UnsupportedRecipe(f"{other}: {other_choice} with {axis} {choice} cannot run on engine trl ({fix}); "
+                                    "engines that can: native")
+    micro = recipe["optimizer"]["micro_batch_size"]
+    batch = recipe["rollout"]["prompts_per_batch"] * recipe["rollout"]["samples_per_prompt"]
+    if micro and batch % (micro * recipe["engine"]["num_processes"]):
+        raise UnsupportedRecipe(f"optimizer.micro_batch_size: {micro} x engine.num_processes must divide the "
+                                f"minibatch of {batch} sequences on engine trl (TRL accumulates whole micro-batches)")
+
+
+def support_table() -> str:
+    """The README's table: axis, choice, native, trl (config / emulated how / refused why)."""
+    from components import REGISTRIES
+
+    lines = ["| axis | choice | native | trl |", "|---|---|---|---|"]
+    for axis, registry in REGISTRIES.items():
+        for choice in registry.names():
+            support = TRL_SUPPORT[(axis, choice)]
+            lines.append(f"| {axis} | {choice} | yes | {support.kind}: {support.how} |")
+    for axis, choice, other, other_choice, fix in TRL_REFUSED_PAIRS:
+        lines.append(f"| {axis} + {other} | {choice} + {other_choice} | yes | refused: {fix} |")
+    return "\n".join(lines)

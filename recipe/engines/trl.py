@@ -1,0 +1,377 @@
+"""The trl engine: the recipe trained by Hugging Face TRL's GRPOTrainer, with our evaluation and compute keys.
+
+    pip install -e '.[trl]'          (TRL 1.16; accelerate and datasets come with it)
+
+TRL does the RL step (generation with transformers or vLLM, the loss, the optimizer, accelerate's
+multi-GPU plumbing, its own checkpoints). `trl_arguments` maps the recipe onto GRPOConfig, one
+setting per line; recipe/engines/support.py is the table of what maps, what we emulate and what is
+refused. What we add at TRL's extension points, so a curve from this engine reads like a native one:
+- the reward function: the task's checker (+1 / -1, a sample cut without <eos> is wrong) shaped by
+  length control, as recipe.run.sample_groups does;
+- `_generate_and_score_completions`: the advantages are recomputed from the same rewards by our
+  advantage_norm and batch_filter components (a dropped group's loss mask is zeroed), and the
+  generation's wall-clock, CPU time and token counts are charged to the ComputeMeter;
+- a callback: at the native engine's evaluation steps it runs recipe.evaluation.evaluate on the
+  held-out set, logs the record (compute keys included) to metrics.jsonl and MLflow and calls
+  on_eval; after every step it charges the step's time and calls on_step; at every TRL checkpoint it
+  writes our state (meter, pending metrics) into the checkpoint folder.
+Resume: the newest TRL checkpoint under run_dir/trl that holds our state file (written last, so a
+checkpoint torn by a kill is never used) is passed to `trainer.train(resume_from_checkpoint=...)`.
+With engine.num_processes > 1 the job runs this module under `accelerate launch` (launch_command);
+only the main process evaluates and logs, every process learns whether to stop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
+from recipe.config import RecipeConfig, load_recipe, run_id, to_dict
+from recipe.evaluation import evaluate, evaluation_steps
+from recipe.advantages import filter_and_normalize
+from recipe.engines.launch import launch_command
+from recipe.model import load_model_dir
+from recipe.run import Averager, build_components, default_devices, model_directory, prepare_run_dir
+from recipe.tasks import build_task
+from recipe.tracking import Tracker, read_metrics
+
+STATE_NAME = "scalerl_state.json"  # our part of a TRL checkpoint
+
+
+def loss_arguments(cfg: RecipeConfig) -> dict[str, Any]:
+    """GRPOConfig's loss settings for the recipe's loss x aggregation (checked by support.check_engine)."""
+    loss, aggregation = cfg.loss, cfg.aggregation["name"]
+    token_mean = aggregation == "token_mean"
+    if loss["name"] == "cispo":
+        return {"loss_type": "cispo", "epsilon_high": loss["eps_max"], "importance_sampling_level": "token"}
+    loss_type = "dapo" if token_mean else "grpo"
+    if loss["name"] == "grpo":
+        epsilons = {"epsilon": loss["eps"], "epsilon_high": loss["eps"]}
+    else:  # dapo, gspo: asymmetric clip
+        epsilons = {"epsilon": loss["eps_low"], "epsilon_high": loss["eps_high"]}
+    level = "sequence" if loss["name"] == "gspo" else "token"
+    return {"loss_type": loss_type, **epsilons, "importance_sampling_level": level}
+
+
+def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str, Any]:
+    """The GRPOConfig keyword arguments that run `cfg` (one line per recipe setting)."""
+    processes = cfg.engine.num_processes
+    batch = cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt  # sequences per optimizer step
+    micro = cfg.optimizer.micro_batch_size or batch // processes
+    accumulation = batch // (micro * processes)
+    k = cfg.off_policy["k"]
+    bf16_body = cfg.model.dtype == "bfloat16"
+    return {
+        "output_dir": str(output_dir),
+        "use_cpu": device == "cpu",
+        "seed": cfg.seed,
+        "bf16": bf16_body, "fp16": cfg.model.dtype == "float16",
+        # G samples of P prompts per optimizer step; k optimizer steps per generation (PPO-off-policy-k).
+        "num_generations": cfg.rollout.samples_per_prompt,
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accumulation,
+        "steps_per_generation": k * accumulation,
+        "num_iterations": 1,
+        "max_completion_length": cfg.rollout.max_new_tokens,
+        "temperature": cfg.rollout.temperature, "top_p": 1.0, "top_k": 0,
+        **loss_arguments(cfg),
+        "beta": 0.0,  # no KL penalty, as the paper
+        "scale_rewards": "none",  # replaced by our advantage_norm (ScaleRLGRPOTrainer)
+        "mask_truncated_completions": False,  # a cut sample is trained on with reward -1, as native
+        "cast_lm_head_to_fp32": bool(cfg.precision["fp32_head"]) and bf16_body,
+        "learning_rate": cfg.optimizer.lr,
+        "lr_scheduler_type": "constant_with_warmup", "warmup_steps": cfg.optimizer.warmup_steps,
+        "weight_decay": cfg.optimizer.weight_decay, "adam_beta1": cfg.optimizer.beta1,
+        "adam_beta2": cfg.optimizer.beta2, "adam_epsilon": cfg.optimizer.eps,
+        "max_grad_norm": cfg.optimizer.grad_clip,
+        "max_steps": cfg.max_steps,
+        # Checkpoints on generation boundaries, where no generated-but-untrained batch exists.
+        "save_strategy": "steps", "save_steps": k * math.ceil(cfg.checkpoint.every_steps / k),
+        "save_total_limit": 2,
+        "use_vllm": cfg.engine.vllm_mode is not None, "vllm_mode": cfg.engine.vllm_mode or "colocate",
+        "logging_steps": 1, "report_to": "none", "disable_tqdm": True, "log_completions": False,
+        "eval_strategy": "no", "dataloader_num_workers": 0, "remove_unused_columns": False,
+    }
+
+
+def bf16_head(head: torch.nn.Linear) -> None:
+    """precision fp32_head false on a float32 body: the head's product in bf16, as the native engine computes it."""
+    def forward(hidden: torch.Tensor) -> torch.Tensor:
+        bias = None if head.bias is None else head.bias.to(torch.bfloat16)
+        return torch.nn.functional.linear(hidden.to(torch.bfloat16), head.weight.to(torch.bfloat16), bias)
+
+    head.forward = forward
+
+
+class RecipeRewards:
+    """TRL's reward function: the task's checker, +1 / -1, then length control's shaping; keeps the last batch."""
+
+    __name__ = "recipe_reward"  # TRL names reward functions by __name__ in its logs
+
+    def __init__(self, task, tokenizer, length_control) -> None:
+        self.task, self.length_control = task, length_control
+        self.eos = tokenizer.eos_token_id
+        self.last: dict[str, torch.Tensor] = {}
+
+    def __call__(self, prompts, completions, completion_ids, answer, **_) -> list[float]:
+        lengths = torch.tensor([len(ids) for ids in completion_ids])
+        ended = torch.tensor([len(ids) > 0 and ids[-1] == self.eos for ids in completion_ids])
+        correct = torch.tensor([self.task.check(text, truth) for text, truth in zip(completions, answer)]) & ended
+        rewards = self.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), lengths, correct)
+        self.last = {"rewards": rewards, "correct": correct, "lengths": lengths, "ended": ended}
+        return rewards.tolist()
+
+
+def make_trainer_class():
+    """GRPOTrainer with our advantages, batch filter and generation accounting (TRL is imported lazily)."""
+    from trl import GRPOTrainer
+
+    class ScaleRLGRPOTrainer(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            started = clocks()
+            output = super()._generate_and_score_completions(inputs)
+            record = self.recipe_rewards.last
+            G = self.num_generations
+            # Rewards of the whole generation batch, in TRL's order (it gathers the same way).
+            rewards = self.accelerator.gather(record["rewards"].to(self.accelerator.device)).cpu()
+            group_ids = torch.arange(len(rewards)) // G
+            keep, advantages = filter_and_normalize(rewards, group_ids, self.recipe_components.batch_filter,
+                                                    self.recipe_components.advantage_norm)
+            local = len(record["rewards"])
+            rows = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
+            output["advantages"] = advantages[rows].to(output["advantages"])
+            completion_mask = output["completion_mask"] * keep[rows].to(output["completion_mask"].device)[:, None]
+            output["completion_mask"] = completion_mask.to(output["completion_mask"].dtype)
+            output["num_items_in_batch"] = self.accelerator.gather(completion_mask.sum()).sum()
+            correct = record["correct"]
+            prompt_lengths = output["prompt_mask"].sum(dim=1).cpu()
+            self.recipe_generation = {
+                "clock": since(started), "prompt_lengths": prompt_lengths.tolist(),
+                "lengths": record["lengths"].tolist(), "kept": keep[rows].tolist(),
+                "metrics": {
+                    "rollout/pass_rate": float(correct.float().mean()),
+                    "rollout/reward_mean": float(record["rewards"].mean()),
+                    "rollout/len_mean": float(record["lengths"].float().mean()),
+                    "rollout/len_max": float(record["lengths"].max()),
+                    "rollout/truncated_frac": float((~record["ended"]).float().mean()),
+                    "rollout/kept_group_frac": float(keep.view(-1, G)[:, 0].float().mean()),
+                    "rollout/kept_sample_frac": float(keep.float().mean()),
+                },
+            }
+            return output
+
+    return ScaleRLGRPOTrainer
+
+
+def newest_checkpoint(output_dir: Path) -> Path | None:
+    """The newest checkpoint-N folder that holds our state file (so a save torn by a kill is skipped)."""
+    done = [p for p in output_dir.glob("checkpoint-*") if (p / STATE_NAME).is_file()]
+    return max(done, key=lambda p: int(p.name.split("-")[-1]), default=None)
+
+
+def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
+              on_eval: Callable[[dict], None] | None = None, on_step: Callable[[int, Any], None] | None = None,
+              stop_at_step: int | None = None) -> list[dict]:
+    """Run (or resume) `cfg` through TRL's GRPOTrainer in `run_dir`; the contract of recipe.engines.train."""
+    import os
+
+    run_dir = Path(run_dir)
+    if cfg.engine.num_processes > 1 and "LOCAL_RANK" not in os.environ:
+        return launch_processes(cfg, run_dir, on_eval)
+    prepare_run_dir(cfg, run_dir)
+    try:
+        from datasets import Dataset
+        from transformers import PrinterCallback, TrainerCallback
+        from trl import GRPOConfig
+    except ImportError as error:
+        raise RuntimeError(f"engine trl needs TRL: pip install -e '.[trl]' ({error})") from None
+    import datasets
+    import transformers
+
+    import warnings
+
+    transformers.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    # transformers 5 deprecation notices TRL triggers at every generation; they say nothing about the run.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    model, tokenizer = load_model_dir(model_directory(cfg, log_every=100, run_dir=run_dir), "float32", device)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    if not cfg.precision["fp32_head"] and cfg.model.dtype == "float32":
+        bf16_head(model.get_output_embeddings())
+    task = build_task(cfg.task, tokenizer)
+    components = build_components(cfg)
+    rewards = RecipeRewards(task, tokenizer, components.length_control)
+    dataset = Dataset.from_dict({"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]})
+    output_dir = run_dir / "trl"
+    resume_from = newest_checkpoint(output_dir)
+    trainer_class = make_trainer_class()
+    trainer = trainer_class(model=model, reward_funcs=rewards, args=GRPOConfig(**trl_arguments(cfg, output_dir, device)),
+                            train_dataset=dataset, processing_class=tokenizer)
+    trainer.recipe_rewards, trainer.recipe_components = rewards, components
+    accelerator = trainer.accelerator
+    main = accelerator.is_main_process
+
+    shape = ModelShape.of(model)
+    devices = cfg.engine.num_processes if device != "cpu" else default_devices(device)
+    meter = ComputeMeter(devices=devices, clock=clock_for(device))
+    pending = Averager()
+    step0 = 0
+    if resume_from is not None:
+        state = json.loads((resume_from / STATE_NAME).read_text())
+        meter.load_state_dict(state["compute"])
+        pending.sums, pending.counts = state["pending"]
+        step0 = state["step"]
+    tracker = Tracker(run_dir, cfg.tracking, to_dict(cfg), run_id(cfg), None if resume_from is None else step0) if main else None
+    eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
+    eval_kwargs = dict(precision=components.precision, length_control=components.length_control, eval_cfg=cfg.eval,
+                       max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+                       seed=cfg.seed, batch_size=cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt)
+    k = cfg.off_policy["k"]
+
+    class StopRun(Exception):
+        """on_eval stopped the run (its exception is re-raised after TRL unwinds)."""
+
+    stopped: dict[str, BaseException] = {}
+
+    def evaluate_now(step: int) -> None:
+        """Main process: evaluate on the held-out set, log the record; every process learns whether to stop."""
+        from accelerate.utils import broadcast_object_list
+
+        verdict = [None]
+        if main:
+            started = clocks()
+            unwrapped = accelerator.unwrap_model(trainer.model)
+            unwrapped.eval()
+            record = {"step": step, **evaluate(unwrapped, tokenizer, task, step=step, **eval_kwargs)}
+            unwrapped.train()
+            meter.evaluation_seconds += since(started)[0]
+            record.update(pending.pop())
+            record.update(meter.metrics())
+            tracker.log(record)
+            if on_eval is not None:
+                try:
+                    on_eval(record)
+                except BaseException as error:  # e.g. the sweep's TargetReached
+                    verdict = [error]
+        if accelerator.num_processes > 1:
+            broadcast_object_list(verdict)
+        if verdict[0] is not None:
+            stopped["error"] = verdict[0]
+            raise StopRun
+
+    class RecipeCallback(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.started = clocks()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            wall, cpu = since(self.started)
+            generation = getattr(trainer, "recipe_generation", None)
+            j = (state.global_step - 1) % k  # which of the generation's k minibatches this step trained on
+            if generation is not None:
+                gen_wall, gen_cpu = generation["clock"]
+                if j == 0:  # this step generated all k minibatches: count it once, in the meter's stats
+                    meter.add_generation(gen_wall, shape, generation["prompt_lengths"], generation["lengths"])
+                    pending.add(generation["metrics"])
+                    wall, cpu = wall - gen_wall, cpu - gen_cpu
+                kept = [i for i in range(j, len(generation["lengths"]), k) if generation["kept"][i]]
+                meter.add_training(wall, shape, [generation["prompt_lengths"][i] for i in kept],
+                                   [generation["lengths"][i] for i in kept])
+                # Each step is charged 1/k of the generation, as the native engine charges each minibatch's
+                # generation when it is trained on: the curves' compute axes then advance alike.
+                wall, cpu = wall + gen_wall / k, cpu + gen_cpu / k
+            meter.wall_seconds += wall
+            meter.cpu_seconds += cpu
+            if on_step is not None:
+                on_step(state.global_step, meter)
+            if state.global_step in eval_steps:
+                evaluate_now(state.global_step)
+            if stop_at_step is not None and state.global_step >= stop_at_step:
+                control.should_training_stop = True
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            for key in ("loss", "grad_norm", "entropy", "clip_ratio/region_mean", "cispo_clip_ratio"):
+                if logs and key in logs:
+                    pending.add({f"train/{key.replace('/', '_')}": float(logs[key])})
+
+        def on_save(self, args, state, control, **kwargs):
+            if main:
+                folder = output_dir / f"checkpoint-{state.global_step}"
+                (folder / STATE_NAME).write_text(json.dumps({
+                    "step": state.global_step, "compute": meter.state_dict(),
+                    "pending": [pending.sums, pending.counts]}))
+
+    trainer.add_callback(RecipeCallback())
+    trainer.remove_callback(PrinterCallback)  # it prints every log dict; progress is the sweep's job
+    try:
+        if resume_from is None:
+            evaluate_now(0)
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+    except StopRun:
+        if tracker is not None:
+            tracker.finish()
+        raise stopped["error"] from None
+    except BaseException:
+        if tracker is not None:
+            tracker.finish("FAILED")
+        raise
+    if tracker is not None:
+        tracker.finish()
+    return read_metrics(run_dir)
+
+
+def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict], None] | None) -> list[dict]:
+    """Run the job under `accelerate launch` (one process per GPU); config.yaml carries the recipe to them.
+
+    The launched processes cannot call back into this one, so on_eval is called here on every new
+    record of metrics.jsonl; if it raises (the sweep's target reached), the processes are stopped
+    and its exception propagates, as from an in-process engine.
+    """
+    import os
+    import signal
+    import subprocess
+    import time
+
+    prepare_run_dir(cfg, run_dir)
+    command = launch_command(run_dir, cfg.engine.num_processes)
+    seen = len(read_metrics(run_dir))
+    process = subprocess.Popen(command, start_new_session=True)
+    try:
+        while True:
+            finished = process.poll() is not None
+            records = read_metrics(run_dir)
+            for record in records[seen:]:
+                seen += 1
+                if on_eval is not None:
+                    on_eval(record)
+            if finished:
+                break
+            time.sleep(1.0)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+    if process.returncode != 0:
+        raise RuntimeError(f"engine trl: `{' '.join(command)}` exited with {process.returncode}; "
+                           f"rerun the job to resume from {run_dir / 'trl'}")
+    return read_metrics(run_dir)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m recipe.engines.trl RUN_DIR`: one process of an accelerate-launched trl job."""
+    run_dir = Path(argv[0])
+    cfg = load_recipe(run_dir / "config.yaml")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    train_trl(cfg, run_dir, device=device)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
