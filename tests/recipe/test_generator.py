@@ -60,6 +60,34 @@ def test_fp32_behaviour_logprobs_equal_trainer_logprobs(model_and_tokenizer):
     assert (rollout.old_logprobs[~rollout.loss_mask] == 0).all()
 
 
+def test_finished_rows_leave_the_decode_batch_and_logprobs_still_equal_the_trainers(model_and_tokenizer,
+                                                                                   monkeypatch):
+    import recipe.generator
+
+    model, tokenizer = model_and_tokenizer
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    monkeypatch.setattr(recipe.generator, "COMPACT_FRACTION", 0.01)  # drop finished rows at every step
+    rows_seen = []
+    original = precision.head_logits
+
+    def spy(hidden, weight, bias=None):
+        rows_seen.append(hidden.shape[0])
+        return original(hidden, weight, bias)
+
+    precision.head_logits = spy
+    rollout = sample(model, tokenizer, precision)
+    lengths = rollout.lengths
+    assert lengths.min() < lengths.max()  # rows finished at different steps
+    # After the shortest row finished, the head saw fewer rows than the batch holds.
+    assert rows_seen[0] == len(PROMPTS) and min(rows_seen) < len(PROMPTS)
+    assert rows_seen[int(lengths.min())] == int((lengths > lengths.min()).sum())
+    precision.head_logits = original
+    gap = (recompute(model, precision, rollout) - rollout.old_logprobs)[rollout.loss_mask].abs().max()
+    assert gap < 1e-5
+    assert (rollout.response_ids[torch.arange(rollout.response_ids.shape[1])[None, :] >= lengths[:, None]]
+            == tokenizer.pad_token_id).all()
+
+
 @pytest.mark.parametrize("fp32_head, expected", [(True, torch.float32), (False, torch.bfloat16)])
 def test_head_dtype_is_the_same_in_generator_and_trainer(model_and_tokenizer, fp32_head, expected):
     model, tokenizer = model_and_tokenizer
