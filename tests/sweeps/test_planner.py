@@ -85,8 +85,9 @@ def test_sweep_plan_prints_the_table_without_importing_torch():
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["id", "axis", "choice", "seed", "engine", "resources"]
     job_lines = [line for line in lines[1:] if re.fullmatch(r"[0-9a-f]{12}", line.split(" ")[0])]
-    assert [line.split()[1] for line in job_lines] == [axis for axis, _, _ in GOLDEN_LOO]
-    assert f"{len(GOLDEN_LOO)} jobs: {len(GOLDEN_LOO)} variants x 1 seed(s); executor local" in result.stdout
+    seeds = len(load_spec(LOO).seeds)
+    assert [line.split()[1] for line in job_lines] == [axis for axis, _, _ in GOLDEN_LOO for _ in range(seeds)]
+    assert f"{len(GOLDEN_LOO) * seeds} jobs: {len(GOLDEN_LOO)} variants x {seeds} seed(s); executor local" in result.stdout
 
 
 # Shipped sweep specs; the tune specs (tune*.yaml) are loaded by tests/sweeps/test_tune_spec.py.
