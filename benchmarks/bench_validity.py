@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR [SECOND_SWEEP_DIR] [--out FILE.json]
     .venv/bin/python benchmarks/bench_validity.py --run benchmarks/validity.yaml [--run-again]
+    .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR --protocols default:0 paper:0 default:10
 
 SWEEP_DIR: a finished multi-seed LOO sweep (`sweep run` of benchmarks/validity.yaml: the embedded LOO
 with 3 seeds per variant at the paper's ratios, fit_at >= 3x the base's C_mid, target >= 6x). --run
@@ -38,8 +39,14 @@ sys.path.insert(0, str(REPO))
 MARGIN = 0.02
 
 
-def study(sweep_dir: Path, n_boot: int = 200) -> dict:
-    """Measures (a)-(c) and the MDEs of one finished sweep directory."""
+def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> dict:
+    """Measures (a)-(c) and the MDEs of one finished sweep directory.
+
+    protocol: budget fields to fit with instead of the sweep's own (burn_in, fit_method), so one
+    sweep's curves can compare fit protocols (--protocols).
+    """
+    import dataclasses
+
     import numpy as np
     import pandas as pd
 
@@ -49,6 +56,8 @@ def study(sweep_dir: Path, n_boot: int = 200) -> dict:
     from reports.tables import fit_sweep, verdict_text
 
     data = load_sweep(sweep_dir)
+    if protocol:
+        data.budget = dataclasses.replace(data.budget, **protocol)
     fits = fit_sweep(data, n_boot=n_boot)
     budget = data.budget
     runs = []  # (variant, seed, predicted, observed)
@@ -158,6 +167,9 @@ def main(argv=None) -> int:
     parser.add_argument("--run", type=Path, help="run this sweep spec first (sweep run), then study it")
     parser.add_argument("--run-again", action="store_true", help="with --run: run it a second time for (d)")
     parser.add_argument("--n-boot", type=int, default=200)
+    parser.add_argument("--protocols", nargs="+", metavar="METHOD:BURN_IN",
+                        help="also refit the same curves under these fit protocols, e.g. default:0 paper:0 "
+                             "default:10 (burn_in in the budget's unit) and print (a)-(c) for each")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "bench_validity.json"))
     args = parser.parse_args(argv)
     dirs = [Path(d) for d in args.sweep_dirs]
@@ -170,6 +182,15 @@ def main(argv=None) -> int:
            "studies": results}
     for result in results:
         print("\n".join(summary_lines(result)))
+    if args.protocols:
+        out["protocols"] = {}
+        for text in args.protocols:
+            method, _, burn_in = text.partition(":")
+            result = study(dirs[0], n_boot=args.n_boot, protocol={"fit_method": method, "burn_in": float(burn_in or 0)})
+            out["protocols"][text] = result
+            a, c, base = result["a_within_margin"], result["calibration"], result["base_ceiling_identifiable"]
+            print(f"protocol {text:<12} (a) {a['share']:.0%} of {a['runs']}  (b) {c['share']:.0%} of {c['cases']}  "
+                  f"(c) base A {base['A']:.3f} identifiable in every seed: {base['every_seed']}")
     if len(results) == 2:
         out["replication"] = replication(*results)
         rep = out["replication"]

@@ -99,6 +99,19 @@ def _paper_a_grid(a_range, a_step: float) -> tuple[float, ...]:
     return tuple(round(low + k * a_step, decimals) for k in range(count))
 
 
+def window_method_options(method: str) -> dict:
+    """fit_sigmoid's settings for a sweep's `budget.fit_method`, every range derived from the fit window.
+
+    "default": C_mid continuous in (first C / 100, last C x 100); "paper": the paper's grid with C_mid
+    on (first C / 15, last C x 5) and A on (R0, 1] (no GPU-hour defaults: sweeps fit in any unit).
+    """
+    if method not in METHODS:
+        raise FitInputError(f"fit method must be one of {', '.join(METHODS)}; got {method!r}")
+    if method == "paper":
+        return {"method": "paper", "paper_c_mid_range": None, "paper_a_range": None}
+    return {"method": "default", "c_mid_bounds": None}
+
+
 def fit_sigmoid(compute, pass_rate, *, r0: float | None = None, fit_r0: bool = False, a: float | None = None,
                 burn_in: float = 0.0, fit_until: float = math.inf, method: str = "default",
                 b_bounds: tuple[float, float] = (0.1, 10.0), c_mid_bounds: tuple[float, float] | None = None,

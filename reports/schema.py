@@ -21,7 +21,7 @@ DEFAULT_STORE = "mlflow.db"  # default tracking URI: sqlite:///<abs sweep_dir>/m
 SWEEP_NAME, SWEEP_BASE, SWEEP_SEEDS, SWEEP_BUDGET = "name", "base", "seeds", "budget"
 SWEEP_EXECUTOR, SWEEP_CREATED, SWEEP_MACHINE = "executor", "created", "machine"
 BUDGET_UNIT, BUDGET_BURN_IN, BUDGET_FIT_AT = "unit", "burn_in", "fit_at"
-BUDGET_TARGET, BUDGET_OBSERVED_WINDOW = "target", "observed_window"
+BUDGET_TARGET, BUDGET_OBSERVED_WINDOW, BUDGET_FIT_METHOD = "target", "observed_window", "fit_method"
 
 # plan.json: one entry per job
 PLAN_RUN_ID, PLAN_AXIS, PLAN_CHOICE, PLAN_VARIANT = "run_id", "axis", "choice", "variant"

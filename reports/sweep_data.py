@@ -38,6 +38,7 @@ class Budget:
     fit_at: float
     target: float
     observed_window: float | None  # relative half-width of the observed window; None: fitting's default
+    fit_method: str = "default"  # fitting.fit_sigmoid's method: "default" (continuous) or "paper" (grid)
 
     @property
     def compute_key(self) -> str:
@@ -82,7 +83,8 @@ def budget_from_meta(meta: Mapping) -> tuple[Budget, list[str]]:
         notes.append(f"budget.fit_at not set: fitting up to half the target ({fit_at:g})")
     window = budget.get(schema.BUDGET_OBSERVED_WINDOW)
     return Budget(unit=str(unit), burn_in=float(budget.get(schema.BUDGET_BURN_IN) or 0.0), fit_at=float(fit_at),
-                  target=float(target), observed_window=None if window is None else float(window)), notes
+                  target=float(target), observed_window=None if window is None else float(window),
+                  fit_method=str(budget.get(schema.BUDGET_FIT_METHOD) or "default")), notes
 
 
 def flatten_config(data: Mapping, prefix: str = "") -> dict[str, str]:

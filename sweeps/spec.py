@@ -31,6 +31,7 @@ from recipe.config import check_no_interpolation, check_section, load_yaml_file,
 
 # Compute axes a run records at every evaluation point (recipe/compute accounting).
 COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens")
+FIT_METHODS = ("default", "paper")  # fitting.fit.METHODS, kept here so the spec stays numpy-free
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,10 @@ class BudgetSpec:
     target: Optional[float] = None
     # Half-width of the window around `target` whose evaluation points are averaged as "observed".
     observed_window: float = 0.05
+    # How each curve is fitted (fitting/fit.py): "default", the continuous solver (C_mid continuous, A in
+    # [R0, 1]); or "paper", the paper's grid (A by 0.005, C_mid on a grid derived from the fit window:
+    # (first C / 15, last C x 5), which is the paper's [100, 40000] for its [1500, 8000] window).
+    fit_method: str = "default"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +130,8 @@ def check_budget(budget: BudgetSpec) -> None:
             f"budget.fit_at: got {budget.fit_at}, expected < target ({budget.target}): the fit must stop "
             "before the point it predicts (the paper fits on half the target budget)"
         )
+    if budget.fit_method not in FIT_METHODS:
+        raise ConfigError(f"budget.fit_method: got {budget.fit_method!r}, expected one of {', '.join(FIT_METHODS)}")
     if not 0 <= budget.observed_window < 1:
         raise ConfigError(f"budget.observed_window: got {budget.observed_window}, expected a fraction in [0, 1)")
 

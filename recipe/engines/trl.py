@@ -10,10 +10,12 @@ refused. What we add at TRL's extension points, so a curve from this engine read
   length control, as recipe.run.sample_groups does;
 - `_generate_and_score_completions`: the advantages are recomputed from the same rewards by our
   advantage_norm and batch_filter components (a dropped group's loss mask is zeroed), and the
-  generation's wall-clock, CPU time and token counts are charged to the ComputeMeter;
+  generation's wall-clock, CPU time and token counts are recorded;
 - a callback: at the native engine's evaluation steps it runs recipe.evaluation.evaluate on the
   held-out set, logs the record (compute keys included) to metrics.jsonl and MLflow and calls
-  on_eval; after every step it charges the step's time and calls on_step; at every TRL checkpoint it
+  on_eval; after every step it charges the step's time to the ComputeMeter (the generation, made
+  once per k steps, charged 1/k a step as the native engine charges each minibatch's generation
+  when it trains on it) and calls on_step; at every TRL checkpoint it
   writes our state (meter, pending metrics) into the checkpoint folder.
 Resume: the newest TRL checkpoint under run_dir/trl that holds our state file (written last, so a
 checkpoint torn by a kill is never used) is passed to `trainer.train(resume_from_checkpoint=...)`.
@@ -25,7 +27,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -179,8 +183,6 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
               on_eval: Callable[[dict], None] | None = None, on_step: Callable[[int, Any], None] | None = None,
               stop_at_step: int | None = None) -> list[dict]:
     """Run (or resume) `cfg` through TRL's GRPOTrainer in `run_dir`; the contract of recipe.engines.train."""
-    import os
-
     run_dir = Path(run_dir)
     if cfg.engine.num_processes > 1 and "LOCAL_RANK" not in os.environ:
         return launch_processes(cfg, run_dir, on_eval)
@@ -194,15 +196,13 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
     import datasets
     import transformers
 
-    import warnings
-
     transformers.logging.set_verbosity_error()
     datasets.disable_progress_bars()
     # transformers 5 deprecation notices TRL triggers at every generation; they say nothing about the run.
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    model, tokenizer = load_model_dir(model_directory(cfg, log_every=100, run_dir=run_dir), "float32", device)
+    model, tokenizer = load_model_dir(model_directory(cfg, log_every=100, run_dir=run_dir), cfg.model.dtype, device)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     if not cfg.precision["fp32_head"] and cfg.model.dtype == "float32":
         bf16_head(model.get_output_embeddings())
@@ -334,7 +334,6 @@ def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict],
     record of metrics.jsonl; if it raises (the sweep's target reached), the processes are stopped
     and its exception propagates, as from an in-process engine.
     """
-    import os
     import signal
     import subprocess
     import time

@@ -159,3 +159,21 @@ def test_the_instability_threshold_is_on_the_truncation_rate(sweep_fits):
     summary = diagnostics_table(sweep_fits.data).set_index("variant")
     assert summary.loc["precision=fp32_head=false", f"{schema.TRUNCATION_RATE} tail"] > 0.10
     assert summary.loc["base", f"{schema.TRUNCATION_RATE} tail"] < 0.10
+
+
+def test_the_sweeps_fit_method_reaches_every_fit(tmp_path):
+    import json
+
+    sweep_dir = make_sweep(tmp_path, seeds=(20, 21))
+    meta = json.loads((sweep_dir / schema.SWEEP_FILE).read_text())
+    meta["budget"]["fit_method"] = "paper"
+    (sweep_dir / schema.SWEEP_FILE).write_text(json.dumps(meta))
+    fits = fit_sweep(load_sweep(sweep_dir), n_boot=50)
+    assert fits.data.budget.fit_method == "paper"
+    methods = {fit.method for variant in fits.variants.values() for fit in variant.seed_fits.values()}
+    assert methods == {"paper"}
+    # The paper's grid steps A by 0.005 from R0 = 0.30: every ceiling lies on that grid.
+    for variant in fits.variants.values():
+        for fit in variant.seed_fits.values():
+            assert abs((fit.a - 0.30) / 0.005 - round((fit.a - 0.30) / 0.005)) < 1e-6
+    assert "(the paper's grid fit)" in fits.caption()

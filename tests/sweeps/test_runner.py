@@ -153,3 +153,29 @@ def test_cancel_stops_local_jobs_and_run_resumes_them(tmp_path, capsys):
     assert not list(out.glob("runs/*/done.json")), "cancelled too late: a job had already finished"
     assert main(["run", str(spec)]) == 0
     assert_complete_curves(out, 2)
+
+
+# engine trl on the same tiny jobs: the choices TRL cannot run set to ones it can (recipe/engines/support.py).
+TRL_JOB_OVERRIDES = TINY_JOB_OVERRIDES + """\
+  engine: {name: trl}
+  aggregation: token_mean
+  curriculum: uniform
+  length_control: none
+"""
+
+
+def test_a_trl_sweep_runs_end_to_end_and_resumes_after_kill_9_of_driver_and_jobs(tmp_path):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=80, target=160, extra="",
+                                overrides=TRL_JOB_OVERRIDES))
+    out = tmp_path / "out"
+    driver = start_driver_until(spec, out, lambda lines: lines and max(lines) >= 3)
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and its jobs: a lost node
+    driver.wait()
+    assert not list(out.glob("runs/*/done.json")), "killed too late: a job had already finished"
+    result = subprocess.run([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert_complete_curves(out, 2)
+    assert (out / "report.pdf").is_file() and (out / "loo_table.csv").is_file()
+    assert list(out.glob("runs/*/trl/checkpoint-*")), "the jobs checkpoint through TRL"

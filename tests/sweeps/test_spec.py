@@ -96,3 +96,13 @@ def test_base_that_is_not_a_recipe_says_what_a_base_must_be(tmp_path):
 def test_spec_path_that_is_a_directory(tmp_path):
     with pytest.raises(ConfigError, match=r": is a directory; expected a sweep spec \(a YAML file\)"):
         load_spec(tmp_path)
+
+
+def test_budget_fit_method_is_checked():
+    from sweeps.spec import spec_from_dict
+
+    data = {"name": "t", "budget": {"fit_at": 10, "target": 20, "fit_method": "grid"}}
+    with pytest.raises(ConfigError, match=r"budget\.fit_method: got 'grid', expected one of default, paper"):
+        spec_from_dict(data, "spec.yaml")
+    assert spec_from_dict({**data, "budget": {"fit_at": 10, "target": 20, "fit_method": "paper"}},
+                          "spec.yaml").budget.fit_method == "paper"

@@ -246,7 +246,8 @@ def test_fixed_batch_trials_resume_in_their_run_dirs_and_a_changed_total_batch_i
 def _objective_spec(target=300.0, metric="pred_at_target"):
     from types import SimpleNamespace
 
-    return SimpleNamespace(budget=SimpleNamespace(burn_in=0.0, target=target), objective=SimpleNamespace(metric=metric))
+    return SimpleNamespace(budget=SimpleNamespace(burn_in=0.0, target=target, fit_method="default"),
+                           objective=SimpleNamespace(metric=metric))
 
 
 def _points(until, a=0.85, b=2.0, c_mid=60.0, seed=0):
