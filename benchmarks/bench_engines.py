@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -69,13 +68,10 @@ def child(engine: str, args) -> dict:
 
 
 def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
+    """The CPU's model name, as benchmarks/bench_speed.py reads it (run as a script, benchmarks/ is on sys.path)."""
+    from bench_speed import cpu_model as read_cpu_model
+
+    return read_cpu_model()
 
 
 def main(argv=None) -> int:
