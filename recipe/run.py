@@ -120,23 +120,28 @@ def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:
         batch = TrainBatch(select_rows(rollout, rows.to(device)), advantages[rows].to(device), group_ids[rows].to(device),
                            version=-1)  # the trainer's version is set when it trains on the batch
     real_prompt = rollout.attention_mask[:, : rollout.prompt_width].sum(dim=1).cpu()
+    metrics = rollout_metrics(correct, rewards, lengths, rollout.truncated.cpu(), rollout.interrupted.cpu(), keep, G)
+    return Minibatch(batch, metrics, samples.seconds, real_prompt.tolist(), lengths.tolist(),
+                     cpu_seconds=samples.cpu_seconds)
+
+
+def rollout_metrics(correct, rewards, lengths, truncated, interrupted, keep, G: int) -> dict[str, float]:
+    """The rollout/* metrics of one minibatch of B = P G samples (every engine logs the same keys)."""
     # The paper's truncation rate: samples forcibly stopped, by the interruption or by the length limit.
-    forced_stop_frac = float((rollout.truncated | rollout.interrupted).float().mean())
-    metrics = {
+    forced_stop_frac = float((truncated | interrupted).float().mean())
+    return {
         "rollout/pass_rate": float(correct.float().mean()),
         "rollout/reward_mean": float(rewards.mean()),
         "rollout/len_mean": float(lengths.float().mean()),
         "rollout/len_max": float(lengths.max()),
-        "rollout/truncated_frac": float(rollout.truncated.float().mean()),
-        "rollout/interrupted_frac": float(rollout.interrupted.float().mean()),
+        "rollout/truncated_frac": float(truncated.float().mean()),
+        "rollout/interrupted_frac": float(interrupted.float().mean()),
         "rollout/forced_stop_frac": forced_stop_frac,
         # 1 or 0 per step, so its mean between evaluations is the share of steps with truncation < 5%.
         "rollout/forced_stop_below_5pct": float(forced_stop_frac < 0.05),
-        "rollout/kept_group_frac": float(keep.view(P, G)[:, 0].float().mean()),
+        "rollout/kept_group_frac": float(keep.view(-1, G)[:, 0].float().mean()),
         "rollout/kept_sample_frac": float(keep.float().mean()),
     }
-    return Minibatch(batch, metrics, samples.seconds, real_prompt.tolist(), lengths.tolist(),
-                     cpu_seconds=samples.cpu_seconds)
 
 
 def train_on(minibatch: Minibatch, version: int, run: "Run") -> dict[str, float]:
@@ -215,6 +220,13 @@ def configure_cuda() -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def evaluation_kwargs(cfg: RecipeConfig, c: Components) -> dict:
+    """recipe.evaluation.evaluate's settings for a run: the same in every engine, so curves compare."""
+    return dict(precision=c.precision, length_control=c.length_control, eval_cfg=cfg.eval,
+                max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature, seed=cfg.seed,
+                batch_size=cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt)
+
+
 def default_devices(device: str) -> int:
     """Devices a single-process run holds: its torch threads (cores) on CPU, one accelerator otherwise."""
     return torch.get_num_threads() if str(device) == "cpu" else 1
@@ -223,8 +235,8 @@ def default_devices(device: str) -> int:
 class Run:
     """Everything a run carries between steps, loaded from the run directory (resumed from its checkpoint).
 
-    Both schedules use it: the synchronous loop below and the PipelineRL trainer process
-    (recipe/engines/pipeline.py). `extra` holds the checkpoint's schedule-specific fields.
+    Both native schedules use it: the synchronous loop (recipe/engines/native.py) and the PipelineRL
+    trainer process (recipe/engines/pipeline.py). `extra` holds the checkpoint's schedule-specific fields.
     """
 
     def __init__(self, cfg: RecipeConfig, run_dir: Path, device: str, devices: int) -> None:
@@ -243,9 +255,7 @@ class Run:
         torch.manual_seed(cfg.seed)
         self.rngs = {"torch": torch.Generator(device=device).manual_seed(cfg.seed),
                      "numpy": np.random.default_rng(cfg.seed)}
-        self.eval_kwargs = dict(precision=self.c.precision, length_control=self.c.length_control, eval_cfg=cfg.eval,
-                                max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-                                seed=cfg.seed, batch_size=cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt)
+        self.eval_kwargs = evaluation_kwargs(cfg, self.c)
         self.eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
         self.step = self.last_checkpoint = 0
         self.extra: dict = {}

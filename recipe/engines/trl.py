@@ -41,7 +41,8 @@ from recipe.evaluation import evaluate, evaluation_steps
 from recipe.advantages import filter_and_normalize
 from recipe.engines.launch import launch_command
 from recipe.model import load_model_dir
-from recipe.run import Averager, build_components, default_devices, model_directory, prepare_run_dir
+from recipe.run import (Averager, build_components, default_devices, evaluation_kwargs, model_directory,
+                        prepare_run_dir, rollout_metrics)
 from recipe.tasks import build_task
 from recipe.tracking import Tracker, read_metrics
 
@@ -158,15 +159,9 @@ def make_trainer_class():
             self.recipe_generation = {
                 "clock": since(started), "prompt_lengths": prompt_lengths.tolist(),
                 "lengths": record["lengths"].tolist(), "kept": keep[rows].tolist(),
-                "metrics": {
-                    "rollout/pass_rate": float(correct.float().mean()),
-                    "rollout/reward_mean": float(record["rewards"].mean()),
-                    "rollout/len_mean": float(record["lengths"].float().mean()),
-                    "rollout/len_max": float(record["lengths"].max()),
-                    "rollout/truncated_frac": float((~record["ended"]).float().mean()),
-                    "rollout/kept_group_frac": float(keep.view(-1, G)[:, 0].float().mean()),
-                    "rollout/kept_sample_frac": float(keep.float().mean()),
-                },
+                # TRL cannot interrupt (support.py refuses it): no sample is ever interrupted.
+                "metrics": rollout_metrics(correct, record["rewards"], record["lengths"], ~record["ended"],
+                                           torch.zeros_like(record["ended"]), keep, G),
             }
             return output
 
@@ -231,9 +226,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         step0 = state["step"]
     tracker = Tracker(run_dir, cfg.tracking, to_dict(cfg), run_id(cfg), None if resume_from is None else step0) if main else None
     eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
-    eval_kwargs = dict(precision=components.precision, length_control=components.length_control, eval_cfg=cfg.eval,
-                       max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-                       seed=cfg.seed, batch_size=cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt)
+    eval_kwargs = evaluation_kwargs(cfg, components)
     k = cfg.off_policy["k"]
 
     class StopRun(Exception):
