@@ -6,8 +6,17 @@ Both studies draw the same parameter sets in the same order (a seeded random sam
 not depend on earlier results, whereas TPE's would diverge after the first pruned trial), so trial n
 is the same recipe in both and the only difference is whether the pruner stops it. Reports the
 compute each study spent, the compute pruning saved, which trials were pruned and where, and
-whether both studies name the same best trial. Writes <out>/summary.json; about 3 minutes a trial
-on a 2-core machine, so ~40 minutes for the default 8 + 8 trials.
+whether both studies name the same best trial.
+
+Then how often the pruner's interval misses (issue 17): every trial of the unpruned study ran on to
+fit_at, so its objective there is what a pruned trial would have reached. For each such trial and
+each horizon h in --horizons (fractions of fit_at; the pruner may act from min_compute_frac on), its
+curve is cut at h x fit_at and the pruner's interval is computed from that part alone, as the
+pruner would (sweeps.tune.estimate_objective, the pruner's level, bootstrap draws and run_sd), and
+once more without the run-to-run widening (run_sd 0, the interval before issue 17). A miss is a
+final objective outside the interval. Also, for each trial the pruned study stopped: its interval at
+pruning against the same recipe's objective in the unpruned study.
+Writes <out>/summary.json; about 2 minutes a trial on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -48,6 +57,41 @@ def run_study(spec, label: str) -> dict:
     }
 
 
+def interval_misses(spec, study_dir: Path, trials: list[dict], horizons: list[float]) -> dict:
+    """Cases (trial, horizon): the pruner's interval from the curve cut at horizon x fit_at vs the trial's objective."""
+    from components.pruning import PRUNERS
+    from fitting import FitInputError
+    from sweeps.tune import curve_points, estimate_objective, interval_settings, read_records
+
+    level, n_boot, run_sd = interval_settings(PRUNERS.build(spec.pruner))
+    run_ids = {record.number: record.run_id for record in read_records(study_dir)}
+    cases = []
+    for trial in trials:
+        if trial["state"] != "complete" or trial["objective"] is None:
+            continue
+        steps, compute, pass_rate = curve_points(study_dir / "runs" / run_ids[trial["number"]], spec.budget.unit)
+        for horizon in horizons:
+            cut = [i for i, c in enumerate(compute) if c <= horizon * spec.budget.fit_at]
+            points = ([steps[i] for i in cut], [compute[i] for i in cut], [pass_rate[i] for i in cut])
+            try:
+                honest = estimate_objective(spec, points, level, n_boot, run_sd)
+                narrow = estimate_objective(spec, points, level, n_boot, 0.0)
+            except FitInputError:
+                continue
+            final = trial["objective"]
+            cases.append({
+                "trial": trial["number"], "horizon": horizon, "seen_compute": points[1][-1], "final": final,
+                "interval": [honest.lower, honest.upper], "unbounded": (honest.lower, honest.upper) == (0.0, 1.0),
+                "miss": not honest.lower <= final <= honest.upper,
+                "interval_without_run_sd": [narrow.lower, narrow.upper],
+                "miss_without_run_sd": not narrow.lower <= final <= narrow.upper,
+            })
+    n = len(cases)
+    return {"level": level, "n_boot": n_boot, "run_sd": run_sd, "horizons": horizons, "cases": cases,
+            "misses": sum(case["miss"] for case in cases), "unbounded": sum(case["unbounded"] for case in cases),
+            "misses_without_run_sd": sum(case["miss_without_run_sd"] for case in cases), "n": n}
+
+
 def main() -> int:
     from sweeps.tune_spec import load_tune_spec
 
@@ -56,17 +100,30 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "tune-pruning"))
+    parser.add_argument("--horizons", type=float, nargs="+", default=[0.5, 0.6, 0.75],
+                        help="fractions of fit_at at which the interval check cuts each unpruned curve")
     args = parser.parse_args()
 
     base = load_tune_spec(args.spec)
     out = Path(args.out)
-    studies = {}
+    studies, specs = {}, {}
     for label, pruner in (("no_pruning", "none"), ("sigmoid_bound", base.pruner)):
         spec = dataclasses.replace(base, name=f"{base.name}-{label}", trials=args.trials, pruner=pruner,
                                    sampler=dataclasses.replace(base.sampler, name="random", seed=args.seed),
                                    output_dir=str(out / label))
+        specs[label] = spec
         studies[label] = run_study(spec, label)
     plain, pruned = studies["no_pruning"], studies["sigmoid_bound"]
+    # The unpruned curves judged by the shipped pruner's intervals (the spec with the shipped pruner).
+    check = interval_misses(dataclasses.replace(specs["no_pruning"], pruner=base.pruner), out / "no_pruning",
+                            plain["trials"], args.horizons)
+    run_on = {trial["number"]: trial["objective"] for trial in plain["trials"] if trial["state"] == "complete"}
+    pruned_check = [{"trial": t["number"], "pruned_at": t["pruned_at"],
+                     "interval": [t["pruned_estimate"]["lower"], t["pruned_estimate"]["upper"]],
+                     "run_on": run_on.get(t["number"]),
+                     "contains": (run_on.get(t["number"]) is not None
+                                  and t["pruned_estimate"]["lower"] <= run_on[t["number"]] <= t["pruned_estimate"]["upper"])}
+                    for t in pruned["trials"] if t["state"] == "pruned"]
     summary = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {__import__('os').cpu_count()} cpus)",
@@ -75,6 +132,7 @@ def main() -> int:
         "compute_saved_fraction": 1 - pruned["compute_spent"] / plain["compute_spent"],
         "wall_saved_fraction": 1 - pruned["wall_seconds"] / plain["wall_seconds"],
         "same_best_trial": (plain["best"] or {}).get("number") == (pruned["best"] or {}).get("number"),
+        "interval_check": check, "pruned_vs_run_on": pruned_check,
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -92,6 +150,17 @@ def main() -> int:
           f"(saved {summary['compute_saved_fraction']:.1%}); wall {plain['wall_seconds']:.0f} s vs "
           f"{pruned['wall_seconds']:.0f} s; best trial {plain['best'] and plain['best']['number']} vs "
           f"{pruned['best'] and pruned['best']['number']} (same: {summary['same_best_trial']})")
+    print(f"\ninterval check ({check['level']:.0%} intervals, run_sd {check['run_sd']}): of {check['n']} cases "
+          f"(unpruned trial x horizon {args.horizons} of fit_at), {check['misses']} miss the objective the trial "
+          f"reached at fit_at ({check['unbounded']} unbounded [0, 1]); without the run-to-run widening "
+          f"{check['misses_without_run_sd']} miss")
+    for case in check["cases"]:
+        print(f"  trial {case['trial']} cut at {case['seen_compute']:.0f}: [{case['interval'][0]:.3f}, "
+              f"{case['interval'][1]:.3f}] (no run_sd [{case['interval_without_run_sd'][0]:.3f}, "
+              f"{case['interval_without_run_sd'][1]:.3f}]) vs {case['final']:.3f}{'  MISS' if case['miss'] else ''}")
+    for case in pruned_check:
+        print(f"  pruned trial {case['trial']} @ {case['pruned_at']:.0f}: [{case['interval'][0]:.3f}, "
+              f"{case['interval'][1]:.3f}] vs {case['run_on']} when run on (contains: {case['contains']})")
     return 0
 
 
