@@ -20,6 +20,12 @@ Measured, each printed and written to --out (default benchmarks/out/bench_validi
  (d) with a second sweep directory (another run of the same spec): the same verdict for every variant.
 Also: the base's C_mid and the fit window / target as multiples of it, and the per-axis minimum
 detectable effects (A and pass rate at the target).
+
+Why (a) misses, measured on the same runs (`error_diagnosis`): each run refitted on the same window
+(a) as the sweep fits it, (b) with A fixed at 1, the highest ceiling a pass rate can have (if even
+that under-predicts, no sigmoid through the window's points reaches the observed end), and (c) in
+RL steps instead of compute (fit_at and the target mapped to steps through the run's own compute
+per step, which falls as training goes on here: the zero-variance filter drops more groups).
 """
 
 from __future__ import annotations
@@ -113,6 +119,45 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
     }
 
 
+def error_diagnosis(sweep_dir: Path) -> dict:
+    """(a)'s errors under three fits of every run's own curve (see the module docstring)."""
+    import numpy as np
+
+    from fitting import FitInputError, fit_sigmoid
+    from fitting.extrapolation import observed_at
+    from reports.sweep_data import read_metrics_file
+    from sweeps.progress import compute_key
+
+    spec = json.loads((sweep_dir / "sweep.json").read_text())
+    budget = spec["budget"]
+    key = compute_key(budget["unit"])
+    errors = {"as_fitted": [], "a_fixed_at_1": [], "in_steps": []}
+    for job in json.loads((sweep_dir / "plan.json").read_text()):
+        records = [r for r in read_metrics_file(sweep_dir / job["run_dir"] / "metrics.jsonl") if "eval/pass_rate" in r]
+        compute = np.array([r[key] for r in records], dtype=float)
+        steps = np.array([r["step"] for r in records], dtype=float)
+        rate = np.array([r["eval/pass_rate"] for r in records], dtype=float)
+        observed = observed_at(compute, rate, budget["target"])[0]
+        if not records or records[0]["step"] != 0 or compute[-1] < budget["target"] or not math.isfinite(observed):
+            continue
+        window = dict(r0=rate[0], burn_in=budget["burn_in"], method=budget.get("fit_method", "default"))
+        try:
+            errors["as_fitted"].append(
+                float(fit_sigmoid(compute, rate, fit_until=budget["fit_at"], **window).predict(budget["target"])) - observed)
+            errors["a_fixed_at_1"].append(float(fit_sigmoid(compute, rate, a=1.0, fit_until=budget["fit_at"], **window)
+                                                .predict(budget["target"])) - observed)
+            step_fit_at, step_target = np.interp([budget["fit_at"], budget["target"]], compute, steps)
+            burn_in_steps = float(np.interp(budget["burn_in"], compute, steps))
+            errors["in_steps"].append(float(fit_sigmoid(steps, rate, fit_until=step_fit_at, **{**window, "burn_in": burn_in_steps})
+                                            .predict(step_target)) - observed)
+        except FitInputError:
+            continue
+    return {name: {"runs": len(values), "within_margin": float(np.mean(np.abs(values) <= MARGIN)) if values else math.nan,
+                   "mean_error": float(np.mean(values)) if values else math.nan,
+                   "sd_error": float(np.std(values)) if values else math.nan}
+            for name, values in errors.items()}
+
+
 def _num(value) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
 
@@ -180,8 +225,12 @@ def main(argv=None) -> int:
     results = [study(d, n_boot=args.n_boot) for d in dirs]
     out = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.node(),
            "studies": results}
-    for result in results:
+    for directory, result in zip(dirs, results):
         print("\n".join(summary_lines(result)))
+        result["error_diagnosis"] = error_diagnosis(directory)
+        for name, row in result["error_diagnosis"].items():
+            print(f"    (a) refitted {name:<13}: {row['within_margin']:.0%} of {row['runs']} runs within {MARGIN}, "
+                  f"error mean {row['mean_error']:+.3f}, sd {row['sd_error']:.3f}")
     if args.protocols:
         out["protocols"] = {}
         for text in args.protocols:
