@@ -78,10 +78,14 @@ COMPACT_FRACTION = 0.125
 
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], *, precision, length_control, max_new_tokens: int,
-             temperature: float = 1.0, greedy: bool = False, torch_rng: torch.Generator | None = None,
+             temperature: float = 1.0, greedy: bool | torch.Tensor = False, torch_rng: torch.Generator | None = None,
              numpy_rng: np.random.Generator | None = None, policy_version: int = 0,
              on_decode_step: Callable[[], int] | None = None) -> Rollout:
-    """Sample one response per prompt (repeat prompts for G samples). Runs on the model's device."""
+    """Sample one response per prompt (repeat prompts for G samples). Runs on the model's device.
+
+    greedy: True takes the argmax token everywhere; a (B,) bool tensor takes it on its True rows
+    and samples the others (evaluation runs its greedy and sampled answers as one batch).
+    """
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -96,6 +100,12 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     attention_mask = prompt_mask
     B, P = input_ids.shape
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    greedy_rows = None
+    if isinstance(greedy, torch.Tensor):
+        if greedy.shape != (B,):
+            raise ValueError(f"generate: greedy must be a bool or a ({B},) tensor, one flag per prompt; got shape "
+                             f"{tuple(greedy.shape)}")
+        greedy_rows = greedy.to(device=device, dtype=torch.bool)
 
     budgets = length_control.thinking_budgets(B, numpy_rng) if numpy_rng is not None else None
     phrase = tokenizer.encode(length_control.interruption_phrase, add_special_tokens=False) if budgets is not None else []
@@ -134,7 +144,10 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     for t in range(limit):
         logits = precision.head_logits(hidden, parts.head.weight, parts.head.bias)  # (A, V), head dtype
         logp_all = torch.log_softmax(logits / temperature, dim=-1)
-        if greedy:
+        if greedy_rows is not None:  # some rows greedy, the rest sampled: one batch for both
+            drawn = torch.multinomial(logp_all.float().exp(), 1, generator=torch_rng).squeeze(-1)
+            token_active = torch.where(greedy_rows[active], logp_all.argmax(dim=-1), drawn)
+        elif greedy:
             token_active = logp_all.argmax(dim=-1)
         else:
             token_active = torch.multinomial(logp_all.float().exp(), 1, generator=torch_rng).squeeze(-1)

@@ -223,8 +223,7 @@ def configure_cuda() -> None:
 def evaluation_kwargs(cfg: RecipeConfig, c: Components) -> dict:
     """recipe.evaluation.evaluate's settings for a run: the same in every engine, so curves compare."""
     return dict(precision=c.precision, length_control=c.length_control, eval_cfg=cfg.eval,
-                max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature, seed=cfg.seed,
-                batch_size=cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt)
+                max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature, seed=cfg.seed)
 
 
 def default_devices(device: str) -> int:

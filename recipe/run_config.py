@@ -94,6 +94,9 @@ class EvalConfig:
     num_prompts: int = 128
     samples_per_prompt: int = 4
     greedy: bool = True
+    # Answers generated per call, sampled and greedy together (num_prompts x (samples_per_prompt + 1)
+    # rows in all): the testbed's 640 in one call. Lower it when a large model's KV cache must fit.
+    batch_size: int = 1024
 
 
 @dataclass(frozen=True)

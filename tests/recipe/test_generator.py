@@ -144,6 +144,35 @@ def test_sampling_is_deterministic_per_seed_and_greedy_ignores_it(model_and_toke
     assert torch.equal(*greedy)
 
 
+def test_greedy_rows_take_the_argmax_and_the_other_rows_sample(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    precision = REGISTRIES["precision"].build({"name": "lm_head"})
+    greedy_rows = torch.arange(len(PROMPTS)) % 2 == 1
+    rollouts = [sample(model, tokenizer, precision, seed=s, greedy=greedy_rows) for s in (0, 1)]
+    for rollout in rollouts:
+        # each chosen token's logprob is the row's largest (within round-off) exactly on the greedy rows
+        hidden_logp = recompute_all(model, precision, rollout)
+        chosen = rollout.old_logprobs
+        best = hidden_logp.max(dim=-1).values
+        is_argmax = ((best - chosen) < 1e-5) | ~rollout.loss_mask
+        assert is_argmax[greedy_rows].all()
+        assert not is_argmax[~greedy_rows].all()  # sampled rows draw below the argmax somewhere
+    assert not torch.equal(rollouts[0].input_ids[~greedy_rows], rollouts[1].input_ids[~greedy_rows])
+    with pytest.raises(ValueError, match=r"greedy must be a bool or a \(16,\) tensor"):
+        sample(model, tokenizer, precision, greedy=torch.ones(3, dtype=torch.bool))
+
+
+def recompute_all(model, precision, rollout):
+    """Log-probabilities (B, T, V) of every token at every response position under the same weights."""
+    from recipe.model import lm_parts
+    from recipe.trainer import response_hidden_states
+
+    with torch.no_grad():
+        hidden = response_hidden_states(model, rollout.input_ids, rollout.attention_mask, rollout.prompt_width)
+        logits = precision.head_logits(hidden, lm_parts(model).head.weight, lm_parts(model).head.bias)
+        return torch.log_softmax(logits.float(), dim=-1)
+
+
 def test_truncation_at_max_new_tokens(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     precision = REGISTRIES["precision"].build({"name": "lm_head"})

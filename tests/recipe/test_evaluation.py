@@ -1,0 +1,55 @@
+"""Evaluation: sampled mean@k and greedy pass@1 generated together, eval.batch_size rows a call."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.mark.parametrize("batch_size, calls", [(1024, [24]), (10, [10, 10, 4])])
+def test_sampled_and_greedy_answers_share_the_generate_calls(tiny_recipe, tmp_path, monkeypatch, batch_size, calls):
+    import recipe.evaluation as evaluation
+    from recipe.run import Run
+
+    real_generate, seen = evaluation.generate, []
+
+    def counting_generate(model, tokenizer, prompts, **kwargs):  # the real generator, its calls recorded
+        seen.append((list(prompts), kwargs["greedy"].clone()))
+        return real_generate(model, tokenizer, prompts, **kwargs)
+
+    monkeypatch.setattr(evaluation, "generate", counting_generate)
+    torch.set_num_threads(1)
+    # 8 prompts x (2 sampled + 1 greedy) = 24 rows
+    run = Run(tiny_recipe(f"eval.batch_size={batch_size}"), tmp_path / "run", "cpu", devices=1)
+    metrics = run.evaluate()
+    assert [len(prompts) for prompts, _ in seen] == calls
+    prompts = [p for batch, _ in seen for p in batch]
+    greedy = torch.cat([flags for _, flags in seen])
+    validation = [problem.prompt for problem in run.task.validation[:8]]
+    assert prompts == [p for p in validation for _ in range(2)] + validation
+    assert greedy.tolist() == [False] * 16 + [True] * 8
+    for key in ("eval/pass_rate", "eval/greedy_pass_rate", "eval/len_mean", "eval/truncated_frac"):
+        assert 0.0 <= metrics[key] <= (1.0 if "len" not in key else 12.0)
+    # the pass rate counts the 16 sampled answers only: a multiple of 1/16, the greedy one of 1/8
+    assert (metrics["eval/pass_rate"] * 16) == pytest.approx(round(metrics["eval/pass_rate"] * 16))
+    assert (metrics["eval/greedy_pass_rate"] * 8) == pytest.approx(round(metrics["eval/greedy_pass_rate"] * 8))
+
+
+def test_without_greedy_only_the_sampled_answers_are_generated(tiny_recipe, tmp_path, monkeypatch):
+    import recipe.evaluation as evaluation
+    from recipe.run import Run
+
+    real_generate, rows = evaluation.generate, []
+    monkeypatch.setattr(evaluation, "generate",
+                        lambda model, tokenizer, prompts, **kwargs: rows.append(len(prompts)) or
+                        real_generate(model, tokenizer, prompts, **kwargs))
+    run = Run(tiny_recipe("eval.greedy=false"), tmp_path / "run", "cpu", devices=1)
+    metrics = run.evaluate()
+    assert rows == [16] and "eval/greedy_pass_rate" not in metrics
+
+
+def test_eval_batch_size_must_be_positive(tiny_recipe):
+    from components.registry import ConfigError
+
+    with pytest.raises(ConfigError, match="eval.batch_size"):
+        tiny_recipe("eval.batch_size=0")
