@@ -6,6 +6,7 @@ Public API (the curve: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), Eq. 1 of arXi
     score = score_extrapolation(fit, compute, pass_rate, target=16000)               # -> ExtrapolationScore
     spread = seed_spread([fit_seed0, fit_seed1, fit_seed2], target=16000)            # -> SeedSpread
     loo = compare_loo({"base": fit, "loo-dapo": fit_dapo}, base="base")              # -> LooComparison
+    shape = window_end_check([fit_run0, fit_run1, ...])                               # -> ShapeCheck (sweep-level)
     baseline = fit_power_law(compute, pass_rate, burn_in=1500, fit_until=8000)       # -> PowerLawFit
 Bad input raises FitInputError (a ValueError) naming the argument, the value and the fix; fits that
 should not be trusted carry flags (FLAG_MEANINGS). This package never imports torch.
@@ -16,6 +17,7 @@ from fitting.curve import log_f, power_law_curve, sigmoid_curve
 from fitting.extrapolation import ExtrapolationScore, observed_at, score_extrapolation
 from fitting.fit import FitResult, FitSettings, PowerLawFit, fit_power_law, fit_sigmoid, refit_fixed_a
 from fitting.flags import FLAG_MEANINGS
+from fitting.shape import ShapeCheck, window_end_check
 from fitting.uncertainty import BootstrapResult, SeedSpread, bootstrap_fit, seed_spread
 from fitting.validate import FitInputError
 
@@ -29,6 +31,7 @@ __all__ = [
     "LooComparison",
     "PowerLawFit",
     "SeedSpread",
+    "ShapeCheck",
     "VariantComparison",
     "bootstrap_fit",
     "compare_loo",
@@ -41,4 +44,5 @@ __all__ = [
     "score_extrapolation",
     "seed_spread",
     "sigmoid_curve",
+    "window_end_check",
 ]

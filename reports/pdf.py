@@ -223,6 +223,8 @@ def _table_legend(fits) -> str:
     ]
     if fits.table["low_truncation_steps"].notna().any():
         lines.append(f"steps trunc<5%: {TRUNCATION_NOTE}")
+    if fits.table.attrs.get("shape_note"):
+        lines.append(fits.table.attrs["shape_note"])
     flagged = fits.table[fits.table["flags"].astype(bool)]
     if len(flagged):
         lines.append("Fit flags (reasons not to trust a fit):")

@@ -57,6 +57,7 @@ class SweepFits:
     comparison: object | None  # fitting.LooComparison; None without a fitted base
     notes: list[str]
     n_boot: int
+    shape: object | None = None  # fitting.ShapeCheck over every run's own fit (None: too few points)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -110,7 +111,7 @@ def seed_mean_curve(evals: pd.DataFrame) -> tuple[pd.DataFrame, int]:
 
 def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> SweepFits:
     """Fit every variant (each seed, and the seed mean), bootstrap, score at target, compare with the base."""
-    from fitting import FitInputError, bootstrap_fit, compare_loo, seed_spread
+    from fitting import FitInputError, bootstrap_fit, compare_loo, seed_spread, window_end_check
 
     budget, notes, failures, variants = data.budget, list(data.notes), {}, {}
     for name in data.variants():
@@ -152,8 +153,12 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
         _seed_prediction_intervals(variants, budget.target)
     elif variants:
         notes.append("no fitted base run: no deltas and no verdicts")
+    # Every run's own fit (the seed fits; a one-seed sweep's variant fit is its run's fit).
+    shape = window_end_check([f for v in variants.values() for f in (v.seed_fits.values() or [v.fit])])
+    if shape is not None and shape.biased:
+        notes.append(shape.note())
     return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
-                     n_boot=n_boot)
+                     n_boot=n_boot, shape=shape)
 
 
 def _seed_prediction_intervals(variants: dict[str, VariantFit], target: float, level: float = 0.95) -> None:
@@ -317,7 +322,8 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(schema.LOO_COLUMNS))
     frame["n_points"] = frame["n_points"].astype("Int64")
     frame.attrs.update(caption=fits.caption(), unit=fits.data.budget.unit, target=fits.data.budget.target,
-                       fixed_a=comparison.fixed_a if comparison is not None else math.nan)
+                       fixed_a=comparison.fixed_a if comparison is not None else math.nan,
+                       shape_note=fits.shape.note() if fits.shape is not None and fits.shape.biased else "")
     return frame
 
 
@@ -492,6 +498,8 @@ def format_loo_table(table: pd.DataFrame) -> str:
         lines.append(f"\nsteps trunc<5%: {TRUNCATION_NOTE}")
     if "reason" in table.columns and (table["variant"] != schema.BASE).any():
         lines += ["", *aligned_lines(*evidence_cells(table)), textwrap.fill(EVIDENCE_NOTE, 160)]
+    if table.attrs.get("shape_note"):
+        lines.append("\n" + textwrap.fill(table.attrs["shape_note"], 160))
     flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]
     if flagged:
         lines.append("\nflags (reasons not to trust a fit):")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 
 REQUIRED_COLUMNS = ("run", "compute", "pass_rate")
 OPTIONAL_COLUMNS = ("seed", "step")
@@ -294,13 +295,22 @@ def run(args) -> int:
     if all("fit_error" in r for r in records):
         raise UsageError(_unfitted_summary(records))
     spreads = _seed_spreads(records, args.target)
+    from fitting import window_end_check
+
+    shape = window_end_check([r["fit"] for r in records if "fit" in r])
     if args.json:
         settings = {k: getattr(args, k) for k in ("burn_in", "fit_until", "target", "method", "margin",
                                                   "observed_window", "n_boot", "bootstrap_seed", "power_law")}
         curves = [{k: v for k, v in r.items() if k != "fit"} for r in records]
-        print(json.dumps(_jsonable({"settings": settings, "curves": curves, "seed_spread": spreads}), indent=2))
+        fit_shape = None if shape is None else {"runs": shape.runs, "above": shape.above, "p_value": shape.p_value,
+                                                "biased": shape.biased,
+                                                "note": shape.note() if shape.biased else None}
+        print(json.dumps(_jsonable({"settings": settings, "curves": curves, "seed_spread": spreads,
+                                    "fit_shape": fit_shape}), indent=2))
     else:
         _print_tables(records, spreads, args)
+        if shape is not None and shape.biased:
+            print("\n" + textwrap.fill(shape.note(), 120))
         if args.power_law:
             _print_power_law(records, args)
     return 1 if any("fit_error" in r for r in records) else 0

@@ -198,3 +198,26 @@ def test_power_law_beside_curves_the_sigmoid_could_not_fit(tmp_path, capsys):
     out = capsys.readouterr().out.split("power-law baseline")[1]
     short = next(line for line in out.splitlines() if line.startswith("short"))
     assert short.split()[2:6] == ["-", "-", "-", "-"] and "not fitted: the fit window" in short
+
+
+def test_fit_shape_check_over_the_curves(tmp_path, capsys):
+    # 10 curves that keep rising faster than a sigmoid fitted to their first half: every run ends its
+    # window above its fit, and the command says its predictions are likely too low
+    compute = np.concatenate([[0.0], np.geomspace(1.0, 180.0, 30)])
+    rng = np.random.default_rng(0)
+    rows = []
+    for run in range(10):
+        truth = 0.09 + 0.45 / (1 + (10.0 / np.maximum(compute, 1e-9)) ** 1.2) + 0.45 / (1 + (70.0 / np.maximum(compute, 1e-9)) ** 3)
+        rate = np.clip(truth + rng.normal(0, 0.01, compute.size), 0, 1)
+        rows += [f"r{run},{c:g},{p:.6f}" for c, p in zip(compute, rate)]
+    path = write_csv(tmp_path / "late.csv", rows)
+    assert main(["fit", path, "--fit-until", "90", "--target", "180", "--n-boot", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "fit shape: 10 of 10 runs end their fit window above their own sigmoid fit" in out
+    assert "likely too low" in out
+    assert main(["fit", path, "--fit-until", "90", "--target", "180", "--n-boot", "0", "--json"]) == 0
+    shape = json.loads(capsys.readouterr().out)["fit_shape"]
+    assert shape["runs"] == 10 and shape["above"] == 10 and shape["biased"] is True
+    # curves the sigmoid describes: no note
+    assert main(["fit", EXAMPLE, *WINDOW, "--n-boot", "0"]) == 0
+    assert "fit shape" not in capsys.readouterr().out

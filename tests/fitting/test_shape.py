@@ -1,0 +1,67 @@
+"""The sweep-level fit-shape check: the sign of each run's residuals at the end of its fit window."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fitting import fit_sigmoid, sigmoid_curve, window_end_check
+from fitting.shape import ShapeCheck
+
+COMPUTE = np.concatenate([[0.0], np.geomspace(1.0, 180.0, 30)])  # log-spaced evaluations, as runs make them
+
+
+def run_fit(truth, rng, noise=0.012):
+    """One run: the true curve at COMPUTE plus evaluation noise, fitted on C <= 90 as a sweep does."""
+    rate = np.clip(truth(COMPUTE) + rng.normal(0.0, noise, COMPUTE.size), 0.0, 1.0)
+    return fit_sigmoid(COMPUTE, rate, r0=float(truth(np.array([0.0]))[0]), fit_until=90.0)
+
+
+def sigmoid_truth(a=0.9, b=1.6, c_mid=25.0):
+    return lambda c: sigmoid_curve(c, a, b, c_mid, 0.09)
+
+
+def late_riser(c):
+    """Slow at first, then faster than any one sigmoid: a fast easy half and a steep late hard half."""
+    return 0.09 + 0.45 / (1 + (10.0 / np.maximum(c, 1e-9)) ** 1.2) + 0.45 / (1 + (70.0 / np.maximum(c, 1e-9)) ** 3.0)
+
+
+def test_curves_the_sigmoid_describes_rarely_raise_it():
+    rng = np.random.default_rng(0)
+    checks = [window_end_check([run_fit(sigmoid_truth(), rng) for _ in range(12)]) for _ in range(15)]
+    assert all(check.runs == 12 for check in checks)
+    assert sum(check.biased for check in checks) <= 1  # the sign test's level is 1%
+    assert 0.3 < np.mean([check.above / check.runs for check in checks]) < 0.7  # a coin flip per run
+
+
+def test_curves_that_keep_rising_past_their_fits_are_named():
+    rng = np.random.default_rng(1)
+    fits = [run_fit(late_riser, rng) for _ in range(12)]
+    check = window_end_check(fits)
+    assert check.biased and check.above >= 11 and check.predictions_likely == "too low"
+    # ...and it is right: the fits under-predict the late riser at twice the window
+    assert np.mean([float(fit.predict(180.0)) for fit in fits]) < late_riser(np.array([180.0]))[0] - 0.02
+    assert "likely too low" in check.note() and "lower bounds" in check.note()
+
+
+def test_the_note_reads_the_other_way_for_curves_that_bend_early():
+    check = ShapeCheck(runs=10, above=0, p_value=0.002)
+    assert check.biased and check.predictions_likely == "too high"
+    assert "10 of 10 runs end their fit window below" in check.note() and "upper bounds" in check.note()
+
+
+def test_too_few_runs_never_raise_it_and_short_fits_do_not_count():
+    rng = np.random.default_rng(2)
+    seven = window_end_check([run_fit(late_riser, rng) for _ in range(7)])
+    assert seven.runs == 7 and not seven.biased  # 7 of one sign: p = 0.016 > 0.01
+    assert window_end_check([None]) is None
+    short = fit_sigmoid(COMPUTE[:6], sigmoid_truth()(COMPUTE[:6]) + 0.001, r0=0.09)
+    assert window_end_check([short]) is None  # 5 window points: 3 free parameters + 3 needed
+
+
+def test_the_sign_test_p_value():
+    check = ShapeCheck(runs=8, above=8, p_value=0.0)
+    assert check.biased
+    from scipy.stats import binomtest
+
+    assert binomtest(8, 8, 0.5).pvalue == pytest.approx(2 / 256)
