@@ -118,12 +118,12 @@ def main() -> int:
     check = interval_misses(dataclasses.replace(specs["no_pruning"], pruner=base.pruner), out / "no_pruning",
                             plain["trials"], args.horizons)
     run_on = {trial["number"]: trial["objective"] for trial in plain["trials"] if trial["state"] == "complete"}
-    pruned_check = [{"trial": t["number"], "pruned_at": t["pruned_at"],
-                     "interval": [t["pruned_estimate"]["lower"], t["pruned_estimate"]["upper"]],
-                     "run_on": run_on.get(t["number"]),
-                     "contains": (run_on.get(t["number"]) is not None
-                                  and t["pruned_estimate"]["lower"] <= run_on[t["number"]] <= t["pruned_estimate"]["upper"])}
-                    for t in pruned["trials"] if t["state"] == "pruned"]
+    pruned_check = []
+    for t in pruned["trials"]:
+        if t["state"] == "pruned":
+            low, high, reached = t["pruned_estimate"]["lower"], t["pruned_estimate"]["upper"], run_on.get(t["number"])
+            pruned_check.append({"trial": t["number"], "pruned_at": t["pruned_at"], "interval": [low, high],
+                                 "run_on": reached, "contains": reached is not None and low <= reached <= high})
     summary = {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node()} ({platform.machine()}, {__import__('os').cpu_count()} cpus)",
@@ -146,7 +146,8 @@ def main() -> int:
                  else f"pruned @ {b['pruned_at']:.0f} (U={b['pruned_estimate']['upper']:.3f})" if b["state"] == "pruned"
                  else b["state"])
         print(f"{a['number']:<6}{params:<58}{left:>22}{right:>34}")
-    print(f"compute spent ({unit}): no pruning {plain['compute_spent']:.0f}, sigmoid_bound {pruned['compute_spent']:.0f} "
+    print(f"compute spent ({unit}): no pruning {plain['compute_spent']:.0f}, "
+          f"sigmoid_bound {pruned['compute_spent']:.0f} "
           f"(saved {summary['compute_saved_fraction']:.1%}); wall {plain['wall_seconds']:.0f} s vs "
           f"{pruned['wall_seconds']:.0f} s; best trial {plain['best'] and plain['best']['number']} vs "
           f"{pruned['best'] and pruned['best']['number']} (same: {summary['same_best_trial']})")

@@ -111,7 +111,8 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
                         "cases": len(coverage), "goal": 0.9, "misses": [c for c in coverage if not c["inside"]]},
         "base_ceiling_identifiable": {
             "seed_mean_fit": bool(base and ceiling_identifiable(base.fit)),
-            "every_seed": bool(base and all(f is not None and ceiling_identifiable(f) for f in base.seed_fits.values())),
+            "every_seed": bool(base and all(f is not None and ceiling_identifiable(f)
+                                            for f in base.seed_fits.values())),
             "A": float(base.fit.a) if base else math.nan, "flags": list(base.fit.flags) if base else []},
         "verdicts": {name: verdict_text(row) for name, row in table.iterrows()},
         "reasons": {name: row["reason"] for name, row in table.iterrows()},
@@ -140,22 +141,26 @@ def error_diagnosis(sweep_dir: Path) -> dict:
         observed = observed_at(compute, rate, budget["target"])[0]
         if not records or records[0]["step"] != 0 or compute[-1] < budget["target"] or not math.isfinite(observed):
             continue
-        window = dict(r0=rate[0], burn_in=budget["burn_in"], method=budget.get("fit_method", "default"))
+        options = dict(r0=rate[0], method=budget.get("fit_method", "default"))
+        fit_at, target, burn_in = budget["fit_at"], budget["target"], budget["burn_in"]
+        step_fit_at, step_target, step_burn_in = np.interp([fit_at, target, burn_in], compute, steps)
         try:
-            errors["as_fitted"].append(
-                float(fit_sigmoid(compute, rate, fit_until=budget["fit_at"], **window).predict(budget["target"])) - observed)
-            errors["a_fixed_at_1"].append(float(fit_sigmoid(compute, rate, a=1.0, fit_until=budget["fit_at"], **window)
-                                                .predict(budget["target"])) - observed)
-            step_fit_at, step_target = np.interp([budget["fit_at"], budget["target"]], compute, steps)
-            burn_in_steps = float(np.interp(budget["burn_in"], compute, steps))
-            errors["in_steps"].append(float(fit_sigmoid(steps, rate, fit_until=step_fit_at, **{**window, "burn_in": burn_in_steps})
-                                            .predict(step_target)) - observed)
+            as_fitted = fit_sigmoid(compute, rate, fit_until=fit_at, burn_in=burn_in, **options)
+            a_at_1 = fit_sigmoid(compute, rate, a=1.0, fit_until=fit_at, burn_in=burn_in, **options)
+            in_steps = fit_sigmoid(steps, rate, fit_until=step_fit_at, burn_in=step_burn_in, **options)
         except FitInputError:
             continue
-    return {name: {"runs": len(values), "within_margin": float(np.mean(np.abs(values) <= MARGIN)) if values else math.nan,
-                   "mean_error": float(np.mean(values)) if values else math.nan,
-                   "sd_error": float(np.std(values)) if values else math.nan}
-            for name, values in errors.items()}
+        errors["as_fitted"].append(float(as_fitted.predict(target)) - observed)
+        errors["a_fixed_at_1"].append(float(a_at_1.predict(target)) - observed)
+        errors["in_steps"].append(float(in_steps.predict(step_target)) - observed)
+    summary = {}
+    for name, values in errors.items():
+        values = np.array(values)
+        summary[name] = {"runs": int(values.size),
+                         "within_margin": float(np.mean(np.abs(values) <= MARGIN)) if values.size else math.nan,
+                         "mean_error": float(values.mean()) if values.size else math.nan,
+                         "sd_error": float(values.std()) if values.size else math.nan}
+    return summary
 
 
 def _num(value) -> float | None:

@@ -41,9 +41,9 @@ class ShapeCheck:
         side = "above" if 2 * self.above > self.runs else "below"
         count = self.above if side == "above" else self.runs - self.above
         bends = "earlier" if side == "above" else "later"
-        return (f"fit shape: {count} of {self.runs} runs end their fit window {side} their own sigmoid fit (last "
-                f"{LAST_POINTS} points; sign test p = {self.p_value:.1g}): the sigmoid bends {bends} than these curves, "
-                f"so predictions at the target are likely {self.predictions_likely}. Read them as "
+        return (f"fit shape: {count} of {self.runs} runs end their fit window {side} their own sigmoid fit "
+                f"(last {LAST_POINTS} points; sign test p = {self.p_value:.1g}): the sigmoid bends {bends} than "
+                f"these curves, so predictions at the target are likely {self.predictions_likely}. Read them as "
                 f"{'lower' if side == 'above' else 'upper'} bounds, or fit a longer window.")
 
 
