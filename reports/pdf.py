@@ -135,6 +135,27 @@ def _draw_table(fig, header: list[str], rows: list[list[str]], colours: list[str
     return y
 
 
+LEGEND_FONT = 9
+LEGEND_SPACING = 1.45
+
+
+def _legend_below(fig, bottom: float, text: str, continued_title: str) -> list:
+    """Write `text` under a table ending at `bottom`; returns the pages (a second one when it would not fit).
+
+    A tall table (many variants with wrapped names) leaves too little room, and text drawn past the
+    page's edge is silently lost, so the legend then moves to a page of its own.
+    """
+    line = LEGEND_SPACING * LEGEND_FONT / 72 / fig.get_size_inches()[1]
+    needed = line * (text.count("\n") + 1)
+    pages = [fig]
+    if bottom - 0.03 - needed < 0.02:
+        fig = figures._new_figure(continued_title)
+        pages.append(fig)
+        bottom = 0.93
+    fig.text(0.025, bottom - 0.03, text, va="top", fontsize=LEGEND_FONT, linespacing=LEGEND_SPACING)
+    return pages
+
+
 def _table_pages(fits) -> list:
     table = fits.table
     header, rows = table_cells(table, stacked=True)
@@ -146,8 +167,7 @@ def _table_pages(fits) -> list:
             fig = figures._new_figure(f"Leave-one-out summary{part}")
             bottom = _draw_table(fig, header, rows[start:start + ROWS_PER_TABLE_PAGE],
                                  colours[start:start + ROWS_PER_TABLE_PAGE], top=0.9)
-            fig.text(0.025, bottom - 0.03, _table_legend(fits), va="top", fontsize=9, linespacing=1.45)
-        pages.append(fig)
+            pages += _legend_below(fig, bottom, _table_legend(fits), f"Leave-one-out summary{part}: how to read it")
     return pages
 
 
@@ -172,8 +192,8 @@ def _evidence_pages(fits) -> list:
             fig = figures._new_figure(f"How sure: the evidence behind each verdict ({count} paired seeds){part}")
             bottom = _draw_table(fig, header, rows[start:start + ROWS_PER_TABLE_PAGE],
                                  colours[start:start + ROWS_PER_TABLE_PAGE], top=0.9)
-            fig.text(0.025, bottom - 0.03, textwrap.fill(EVIDENCE_NOTE, 165), va="top", fontsize=9, linespacing=1.45)
-        pages.append(fig)
+            pages += _legend_below(fig, bottom, textwrap.fill(EVIDENCE_NOTE, 165),
+                                   f"How sure{part}: how to read it")
     return pages
 
 

@@ -130,3 +130,26 @@ def test_a_sweep_with_nothing_fitted_still_gets_a_report_saying_why(tmp_path):
     assert "base: not fitted: the fit window" in notes
     write_report(fits, tmp_path / "report.pdf")
     assert (tmp_path / "report.pdf").stat().st_size > 10_000
+
+
+def test_a_legend_too_long_for_the_room_under_its_table_gets_its_own_page():
+    # a 9-variant LOO table with wrapped names ends low on the page: its legend (flags, fit-shape
+    # note) used to run off the bottom edge and was lost
+    from reports import figures
+    from reports.pdf import _legend_below
+
+    def texts_inside(fig):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        return all(fig.bbox.y0 - 1 <= text.get_window_extent(renderer).y0
+                   for text in fig.findobj(matplotlib.text.Text) if text.get_text().strip())
+
+    legend = "\n".join(f"legend line {i}" for i in range(30))
+    pages = _legend_below(figures._new_figure("table"), 0.3, legend, "table: how to read it")
+    assert len(pages) == 2 and all(texts_inside(page) for page in pages)
+    assert not any("legend line" in t.get_text() for t in pages[0].findobj(matplotlib.text.Text))
+    assert any(t.get_text() == "table: how to read it" for t in pages[1].findobj(matplotlib.text.Text))
+    short = _legend_below(figures._new_figure("table"), 0.6, "one\ntwo", "unused")
+    assert len(short) == 1 and texts_inside(short[0])
+    for page in pages + short:
+        plt.close(page)
