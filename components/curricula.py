@@ -50,7 +50,9 @@ class Curriculum:
                 visited_without_pick += 1
                 if visited_without_pick > self.pool_size:
                     raise RuntimeError(
-                        f"{type(self).__name__}: no eligible prompt left in a pool of {self.pool_size}"
+                        f"{type(self).__name__}: no eligible prompt left in a pool of {self.pool_size} (every "
+                        "prompt retired): nothing left to train on; raise task.train_size, or use curriculum "
+                        "uniform, to train this long"
                     )
         return chosen
 

@@ -38,7 +38,7 @@ def test_all_prompts_retired_raises_instead_of_looping():
     curriculum = NoPositiveResamplingCurriculum()
     curriculum.reset(pool_size=2, seed=0)
     curriculum.update([0, 1], [1.0, 1.0])
-    with pytest.raises(RuntimeError, match="no eligible prompt"):
+    with pytest.raises(RuntimeError, match="no eligible prompt left .* raise task.train_size"):
         curriculum.sample(1)
 
 
