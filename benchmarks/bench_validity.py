@@ -21,11 +21,12 @@ Measured, each printed and written to --out (default benchmarks/out/bench_validi
 Also: the base's C_mid and the fit window / target as multiples of it, and the per-axis minimum
 detectable effects (A and pass rate at the target).
 
-Why (a) misses, measured on the same runs (`error_diagnosis`): each run refitted on the same window
-(a) as the sweep fits it, (b) with A fixed at 1, the highest ceiling a pass rate can have (if even
-that under-predicts, no sigmoid through the window's points reaches the observed end), and (c) in
-RL steps instead of compute (fit_at and the target mapped to steps through the run's own compute
-per step, which falls as training goes on here: the zero-variance filter drops more groups).
+Why (a) misses, measured on the same runs (`error_diagnosis`): each run's error at the target (a)
+as the sweep fits it (the (a) figures themselves), (b) refitted with A fixed at 1, the highest
+ceiling a pass rate can have (if even that under-predicts, no sigmoid through the window's points
+reaches the observed end), and (c) refitted in RL steps instead of compute (fit_at and the target
+mapped to steps through the run's own compute per step, which falls as training goes on here: the
+zero-variance filter drops more groups). Same window, fit method, R0 and observed window as the sweep.
 """
 
 from __future__ import annotations
@@ -117,41 +118,38 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
         "verdicts": {name: verdict_text(row) for name, row in table.iterrows()},
         "reasons": {name: row["reason"] for name, row in table.iterrows()},
         "mde": mdes,
+        "error_diagnosis": error_diagnosis(data, [predicted - observed for _, _, predicted, observed in runs]),
     }
 
 
-def error_diagnosis(sweep_dir: Path) -> dict:
-    """(a)'s errors under three fits of every run's own curve (see the module docstring)."""
+def error_diagnosis(data, as_fitted: list[float]) -> dict:
+    """(a)'s errors, as fitted and under two refits of every run's own curve (see the module docstring).
+
+    data: the sweep's reports.sweep_data.SweepData; as_fitted: the (a) errors of the same runs.
+    """
     import numpy as np
 
-    from fitting import FitInputError, fit_sigmoid
-    from fitting.extrapolation import observed_at
-    from reports.sweep_data import read_metrics_file
-    from sweeps.progress import compute_key
+    from fitting import FitInputError, fit_sigmoid, observed_at
+    from fitting.fit import window_method_options
 
-    spec = json.loads((sweep_dir / "sweep.json").read_text())
-    budget = spec["budget"]
-    key = compute_key(budget["unit"])
-    errors = {"as_fitted": [], "a_fixed_at_1": [], "in_steps": []}
-    for job in json.loads((sweep_dir / "plan.json").read_text()):
-        records = [r for r in read_metrics_file(sweep_dir / job["run_dir"] / "metrics.jsonl") if "eval/pass_rate" in r]
-        compute = np.array([r[key] for r in records], dtype=float)
-        steps = np.array([r["step"] for r in records], dtype=float)
-        rate = np.array([r["eval/pass_rate"] for r in records], dtype=float)
-        observed = observed_at(compute, rate, budget["target"])[0]
-        if not records or records[0]["step"] != 0 or compute[-1] < budget["target"] or not math.isfinite(observed):
+    budget = data.budget
+    halfwidth = {} if budget.observed_window is None else {"halfwidth": budget.observed_window}
+    method = window_method_options(budget.fit_method)
+    errors = {"as_fitted": list(as_fitted), "a_fixed_at_1": [], "in_steps": []}
+    for _, run in data.evals.groupby("run_id", sort=False):
+        steps, compute, rate = (run[column].to_numpy(dtype=float) for column in ("step", "compute", "pass_rate"))
+        observed = observed_at(compute, rate, budget.target, **halfwidth)[0]
+        if steps[0] != 0 or not math.isfinite(observed):
             continue
-        options = dict(r0=rate[0], method=budget.get("fit_method", "default"))
-        fit_at, target, burn_in = budget["fit_at"], budget["target"], budget["burn_in"]
-        step_fit_at, step_target, step_burn_in = np.interp([fit_at, target, burn_in], compute, steps)
+        step_fit_at, step_target, step_burn_in = np.interp([budget.fit_at, budget.target, budget.burn_in],
+                                                          compute, steps)
         try:
-            as_fitted = fit_sigmoid(compute, rate, fit_until=fit_at, burn_in=burn_in, **options)
-            a_at_1 = fit_sigmoid(compute, rate, a=1.0, fit_until=fit_at, burn_in=burn_in, **options)
-            in_steps = fit_sigmoid(steps, rate, fit_until=step_fit_at, burn_in=step_burn_in, **options)
+            a_at_1 = fit_sigmoid(compute, rate, r0=rate[0], a=1.0, burn_in=budget.burn_in, fit_until=budget.fit_at,
+                                 **method)
+            in_steps = fit_sigmoid(steps, rate, r0=rate[0], burn_in=step_burn_in, fit_until=step_fit_at, **method)
         except FitInputError:
             continue
-        errors["as_fitted"].append(float(as_fitted.predict(target)) - observed)
-        errors["a_fixed_at_1"].append(float(a_at_1.predict(target)) - observed)
+        errors["a_fixed_at_1"].append(float(a_at_1.predict(budget.target)) - observed)
         errors["in_steps"].append(float(in_steps.predict(step_target)) - observed)
     summary = {}
     for name, values in errors.items():
@@ -230,11 +228,10 @@ def main(argv=None) -> int:
     results = [study(d, n_boot=args.n_boot) for d in dirs]
     out = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.node(),
            "studies": results}
-    for directory, result in zip(dirs, results):
+    for result in results:
         print("\n".join(summary_lines(result)))
-        result["error_diagnosis"] = error_diagnosis(directory)
         for name, row in result["error_diagnosis"].items():
-            print(f"    (a) refitted {name:<13}: {row['within_margin']:.0%} of {row['runs']} runs within {MARGIN}, "
+            print(f"    (a) {name:<13}: {row['within_margin']:.0%} of {row['runs']} runs within {MARGIN}, "
                   f"error mean {row['mean_error']:+.3f}, sd {row['sd_error']:.3f}")
     if args.protocols:
         out["protocols"] = {}
