@@ -33,18 +33,22 @@ class ShapeCheck:
         return self.p_value < ALPHA
 
     @property
+    def mostly_above(self) -> bool:
+        """Most runs end their window above their fit (the curves outrun the sigmoid)."""
+        return 2 * self.above > self.runs
+
+    @property
     def predictions_likely(self) -> str:
         """'too low' when the curves end above their fits, 'too high' when below."""
-        return "too low" if 2 * self.above > self.runs else "too high"
+        return "too low" if self.mostly_above else "too high"
 
     def note(self) -> str:
-        side = "above" if 2 * self.above > self.runs else "below"
-        count = self.above if side == "above" else self.runs - self.above
-        bends = "earlier" if side == "above" else "later"
+        side, count, bends, bound = (("above", self.above, "earlier", "lower") if self.mostly_above
+                                     else ("below", self.runs - self.above, "later", "upper"))
         return (f"fit shape: {count} of {self.runs} runs end their fit window {side} their own sigmoid fit "
                 f"(last {LAST_POINTS} points; sign test p = {self.p_value:.1g}): the sigmoid bends {bends} than "
                 f"these curves, so predictions at the target are likely {self.predictions_likely}. Read them as "
-                f"{'lower' if side == 'above' else 'upper'} bounds, or fit a longer window.")
+                f"{bound} bounds, or fit a longer window.")
 
 
 def window_end_check(fits: Iterable, last_points: int = LAST_POINTS) -> ShapeCheck | None:

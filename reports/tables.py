@@ -153,10 +153,9 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
         _seed_prediction_intervals(variants, budget.target)
     elif variants:
         notes.append("no fitted base run: no deltas and no verdicts")
-    # Every run's own fit (the seed fits; a one-seed sweep's variant fit is its run's fit).
+    # Every run's own fit (the seed fits; a one-seed sweep's variant fit is its run's fit). Its note
+    # goes under the LOO table (table.attrs["shape_note"]), in the printed table and in the report.
     shape = window_end_check([f for v in variants.values() for f in (v.seed_fits.values() or [v.fit])])
-    if shape is not None and shape.biased:
-        notes.append(shape.note())
     return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
                      n_boot=n_boot, shape=shape)
 

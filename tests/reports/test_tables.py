@@ -177,3 +177,13 @@ def test_the_sweeps_fit_method_reaches_every_fit(tmp_path):
         for fit in variant.seed_fits.values():
             assert abs((fit.a - 0.30) / 0.005 - round((fit.a - 0.30) / 0.005)) < 1e-6
     assert "(the paper's grid fit)" in fits.caption()
+
+
+def test_the_fit_shape_check_runs_over_every_runs_own_fit(sweep_fits):
+    from reports.tables import format_loo_table
+
+    runs = sum(len(v.seed_fits) for v in sweep_fits.variants.values())
+    shape, table = sweep_fits.shape, sweep_fits.table
+    assert shape is not None and shape.runs == runs  # the synthetic runs are true sigmoids plus noise
+    assert table.attrs["shape_note"] == (shape.note() if shape.biased else "")
+    assert ("fit shape:" in format_loo_table(table)) == shape.biased
