@@ -129,6 +129,8 @@ def rollout_metrics(correct, rewards, lengths, truncated, interrupted, keep, G: 
     """The rollout/* metrics of one minibatch of B = P G samples (every engine logs the same keys)."""
     # The paper's truncation rate: samples forcibly stopped, by the interruption or by the length limit.
     forced_stop_frac = float((truncated | interrupted).float().mean())
+    # Samples whose reward the length control lowered below the checker's +1 / -1 (the length penalty's bite).
+    penalized = rewards < torch.where(correct, 1.0, -1.0)
     return {
         "rollout/pass_rate": float(correct.float().mean()),
         "rollout/reward_mean": float(rewards.mean()),
@@ -137,6 +139,7 @@ def rollout_metrics(correct, rewards, lengths, truncated, interrupted, keep, G: 
         "rollout/truncated_frac": float(truncated.float().mean()),
         "rollout/interrupted_frac": float(interrupted.float().mean()),
         "rollout/forced_stop_frac": forced_stop_frac,
+        "rollout/length_penalized_frac": float(penalized.float().mean()),
         # 1 or 0 per step, so its mean between evaluations is the share of steps with truncation < 5%.
         "rollout/forced_stop_below_5pct": float(forced_stop_frac < 0.05),
         "rollout/kept_group_frac": float(keep.view(-1, G)[:, 0].float().mean()),

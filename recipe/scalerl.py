@@ -18,8 +18,8 @@ SCALERL = RecipeConfig(
     curriculum={"name": "no_positive_resampling", "threshold": 0.9},
     length_control={
         "name": "interruption",
-        "min_thinking": 24,
-        "max_thinking": 32,
+        "min_thinking": 6,
+        "max_thinking": 12,
         "answer_budget": 8,
         "phrase": INTERRUPTION_PHRASE,
     },

@@ -59,6 +59,7 @@ DIAGNOSTICS: dict[str, tuple[str, str, float | None]] = {
     TRUNCATION_RATE: ("Truncation rate (interrupted or cut)", "fraction of samples", TRUNCATION_INSTABILITY),
     "rollout/interrupted_frac": ("Interrupted (forced answer)", "fraction of samples", None),
     "rollout/truncated_frac": ("Cut at the length limit", "fraction of samples", None),
+    "rollout/length_penalized_frac": ("Length-penalized (reward lowered)", "fraction of samples", None),
     "rollout/len_mean": ("Response length", "tokens (mean)", None),
     "loss/clip_frac": ("Clipped tokens (PPO-style losses)", "fraction of tokens", None),
     "loss/truncated_frac": ("Truncated IS weights (CISPO)", "fraction of tokens", None),

@@ -40,3 +40,14 @@ def test_a_step_under_5_percent_truncation_counts_as_one():
     assert metrics([False] * 8, [False] * 8)["rollout/forced_stop_below_5pct"] == 1.0
     # 1 of 8 = 12.5%: not below
     assert metrics([True] + [False] * 7, [False] * 8)["rollout/forced_stop_below_5pct"] == 0.0
+
+
+def test_the_length_penalty_share_counts_samples_whose_reward_it_lowered():
+    # correct samples 0, 2, 4, 6; the penalty lowered samples 0 and 2 (to 0.5 and -1.0); wrong ones keep -1
+    s = samples([False] * 8, [False] * 8)
+    s.rewards = torch.tensor([0.5, -1.0, -1.0, -1.0, 1.0, -1.0, 1.0, -1.0])
+    c = build_components(SCALERL)
+    c.curriculum.reset(2, 0)
+    assert assemble_minibatch(s, c).metrics["rollout/length_penalized_frac"] == pytest.approx(2 / 8)
+    # no length penalty: nothing lowered
+    assert metrics([False] * 8, [False] * 8)["rollout/length_penalized_frac"] == 0.0

@@ -22,7 +22,7 @@ GOLDEN_LOO = [
     ("advantage_norm", "prompt", ["advantage_norm.name"]),
     ("batch_filter", "none", ["batch_filter.name"]),
     ("curriculum", "uniform", ["curriculum.name", "curriculum.threshold"]),
-    ("length_control", "length_penalty(max_length=24, cache_length=8)",
+    ("length_control", "length_penalty(max_length=16, cache_length=2)",
      ["length_control.answer_budget", "length_control.cache_length", "length_control.max_length",
       "length_control.max_thinking", "length_control.min_thinking", "length_control.name", "length_control.phrase"]),
     ("off_policy", "ppo_off_policy(k=8)",
