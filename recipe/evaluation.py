@@ -1,8 +1,11 @@
 """Held-out evaluation: pass rate mean@k (temperature sampling) and greedy pass@1 on the validation split.
 
 mean@k = (1/(P k)) sum_p sum_j 1[sample j of prompt p is correct], the paper's curve (mean@16 on
-1,000 prompts there). Sampling uses random streams derived from (seed, step) only, so evaluating
-never perturbs the training streams and a resumed run evaluates exactly as an uninterrupted one.
+1,000 prompts there). Sampling uses random streams derived from the run's seed only, the same at
+every evaluation (common random numbers: a fixed set of prompts and of draws, so consecutive points
+differ by what the policy learned rather than by sampling noise, and a variant and the base on the
+same seed are evaluated on the same draws). Evaluating never perturbs the training streams, and a
+resumed run evaluates exactly as an uninterrupted one.
 Length control acts as in training (interruption is part of how the model answers); rewards are
 the checker's verdict alone, never length-shaped.
 """
@@ -44,8 +47,8 @@ def score(task, tokenizer, rollout: Rollout, answers: list[str]) -> torch.Tensor
 
 
 def evaluate(model, tokenizer, task, *, precision, length_control, eval_cfg, max_new_tokens: int,
-             temperature: float, seed: int, step: int) -> dict[str, float]:
-    """Eval metrics at `step` (eval/pass_rate, eval/greedy_pass_rate, lengths, truncation...).
+             temperature: float, seed: int) -> dict[str, float]:
+    """Eval metrics of the model as it is now (eval/pass_rate, eval/greedy_pass_rate, lengths, truncation...).
 
     The num_prompts x samples_per_prompt sampled answers and the num_prompts greedy ones are
     generated together, eval_cfg.batch_size rows per generate call (the per-token work of a decode
@@ -54,8 +57,10 @@ def evaluate(model, tokenizer, task, *, precision, length_control, eval_cfg, max
     started = time.perf_counter()
     problems = task.validation[: eval_cfg.num_prompts]
     device = next(model.parameters()).device
-    torch_rng = torch.Generator(device=device).manual_seed(seed * 1_000_003 + step)
-    numpy_rng = np.random.default_rng([seed, step, 7])
+    # The same random streams at every step (common random numbers): each evaluation samples with the
+    # same uniforms and thinking budgets, so the points of a curve differ by the policy, not by draws.
+    torch_rng = torch.Generator(device=device).manual_seed(seed * 1_000_003)
+    numpy_rng = np.random.default_rng([seed, 7])
     k = eval_cfg.samples_per_prompt
     prompts = [p.prompt for p in problems for _ in range(k)]
     answers = [p.answer for p in problems for _ in range(k)]

@@ -71,6 +71,20 @@ def decode_responses(tokenizer, rollout: Rollout) -> list[str]:
     return texts
 
 
+def inverse_cdf_sample(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """(A,) tokens: the first v with u * sum_w p_w < sum_{w <= v} p_w, p = exp(logp) of each row (A, V).
+
+    Sampling by the inverse CDF of one uniform per row and position (drawn up front, see generate)
+    gives the same distribution as torch.multinomial, and a row's draw does not depend on which
+    other rows are still decoding. Evaluation relies on it: every evaluation of a run reuses the same
+    uniforms (common random numbers), so a small policy change flips few answers and the curve's
+    points differ by the policy's change more than by sampling noise.
+    """
+    cdf = logp.float().exp().cumsum(dim=-1)
+    target = (uniform * cdf[:, -1])[:, None]  # scaled by the row's total: round-off never runs past it
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_max(cdf.shape[-1] - 1)
+
+
 # Finished rows are dropped from the decode batch once they are this share of it: each drop copies
 # the KV cache once, so dropping every row the moment it finishes would copy it at nearly every step.
 COMPACT_FRACTION = 0.125
@@ -116,6 +130,9 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         # The interruption must be able to finish: phrase + answer after the largest budget.
         limit = max(limit, int(budgets.max()) + len(phrase) + length_control.answer_budget)
     phrase = torch.tensor(phrase, device=device, dtype=torch.long)
+    # One uniform per row and position, drawn before decoding: row r's t-th token is decided by
+    # uniforms[r, t] whatever the other rows do (finished rows leave the batch; see inverse_cdf_sample).
+    uniforms = torch.rand(B, limit, generator=torch_rng, device=device)
 
     # Per-sequence state. forced: index into the phrase being fed (-1: not forcing).
     finished = torch.zeros(B, dtype=torch.bool, device=device)
@@ -145,12 +162,12 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         logits = precision.head_logits(hidden, parts.head.weight, parts.head.bias)  # (A, V), head dtype
         logp_all = torch.log_softmax(logits / temperature, dim=-1)
         if greedy_rows is not None:  # some rows greedy, the rest sampled: one batch for both
-            drawn = torch.multinomial(logp_all.float().exp(), 1, generator=torch_rng).squeeze(-1)
+            drawn = inverse_cdf_sample(logp_all, uniforms[active, t])
             token_active = torch.where(greedy_rows[active], logp_all.argmax(dim=-1), drawn)
         elif greedy:
             token_active = logp_all.argmax(dim=-1)
         else:
-            token_active = torch.multinomial(logp_all.float().exp(), 1, generator=torch_rng).squeeze(-1)
+            token_active = inverse_cdf_sample(logp_all, uniforms[active, t])
         logp_active = logp_all.gather(-1, token_active[:, None]).squeeze(-1).float()
         token = torch.full((B,), pad, dtype=torch.long, device=device).index_copy_(0, active, token_active)
         logp = torch.zeros(B, device=device).index_copy_(0, active, logp_active)

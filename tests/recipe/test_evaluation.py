@@ -53,3 +53,17 @@ def test_eval_batch_size_must_be_positive(tiny_recipe):
 
     with pytest.raises(ConfigError, match="eval.batch_size"):
         tiny_recipe("eval.batch_size=0")
+
+
+def test_every_evaluation_of_a_run_uses_the_same_draws(tiny_recipe, tmp_path):
+    # Common random numbers: the same model evaluated at two different steps gives the same answers,
+    # so a curve's points move with the policy, not with sampling noise.
+    from recipe.run import Run
+
+    torch.set_num_threads(1)
+    run = Run(tiny_recipe("eval.samples_per_prompt=8"), tmp_path / "run", "cpu", devices=1)
+    first = run.evaluate()
+    run.step += 37  # a later evaluation point, the weights unchanged
+    again = run.evaluate()
+    for key in ("eval/pass_rate", "eval/len_mean", "eval/interrupted_frac"):
+        assert again[key] == first[key]

@@ -180,3 +180,32 @@ def test_truncation_at_max_new_tokens(model_and_tokenizer):
                        max_new_tokens=2, torch_rng=torch.Generator().manual_seed(0))
     assert rollout.response_ids.shape[1] == 2
     assert rollout.truncated.all() and (rollout.lengths == 2).all()
+
+
+def test_inverse_cdf_sampling_draws_each_token_with_its_probability():
+    from recipe.generator import inverse_cdf_sample
+
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2])
+    logp = probs.log().expand(20_000, -1)  # log 0 = -inf: that token can never be drawn
+    tokens = inverse_cdf_sample(logp, torch.rand(20_000, generator=torch.Generator().manual_seed(0)))
+    counts = torch.bincount(tokens, minlength=4).float() / 20_000
+    assert counts[1] == 0
+    assert torch.allclose(counts, probs, atol=0.015)  # 3 binomial sds at n = 20,000
+    # the inverse CDF: u just below a boundary takes the token below it, u at the top the last one
+    edges = inverse_cdf_sample(probs.log().expand(4, -1), torch.tensor([0.0, 0.4999, 0.5001, 0.9999]))
+    assert edges.tolist() == [0, 0, 2, 3]
+
+
+def test_a_rows_draws_do_not_depend_on_which_rows_are_still_decoding(model_and_tokenizer, monkeypatch):
+    # Row r's t-th token is decided by its own uniform, so dropping finished rows from the decode batch
+    # (at every step) or never dropping them samples the very same responses.
+    import recipe.generator
+
+    model, tokenizer = model_and_tokenizer
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    monkeypatch.setattr(recipe.generator, "COMPACT_FRACTION", 2.0)  # never compact
+    kept = sample(model, tokenizer, precision, seed=3)
+    monkeypatch.setattr(recipe.generator, "COMPACT_FRACTION", 0.01)  # compact at every step
+    compacted = sample(model, tokenizer, precision, seed=3)
+    assert kept.lengths.min() < kept.lengths.max()  # rows did finish at different steps
+    assert torch.equal(kept.input_ids, compacted.input_ids)
