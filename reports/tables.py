@@ -322,7 +322,7 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
     frame["n_points"] = frame["n_points"].astype("Int64")
     frame.attrs.update(caption=fits.caption(), unit=fits.data.budget.unit, target=fits.data.budget.target,
                        fixed_a=comparison.fixed_a if comparison is not None else math.nan,
-                       shape_note=fits.shape.note() if fits.shape is not None and fits.shape.biased else "")
+                       shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "")
     return frame
 
 

@@ -303,13 +303,13 @@ def run(args) -> int:
                                                   "observed_window", "n_boot", "bootstrap_seed", "power_law")}
         curves = [{k: v for k, v in r.items() if k != "fit"} for r in records]
         fit_shape = None if shape is None else {"runs": shape.runs, "above": shape.above, "p_value": shape.p_value,
-                                                "biased": shape.biased,
-                                                "note": shape.note() if shape.biased else None}
+                                                "departs": shape.departs,
+                                                "note": shape.note() if shape.departs else None}
         print(json.dumps(_jsonable({"settings": settings, "curves": curves, "seed_spread": spreads,
                                     "fit_shape": fit_shape}), indent=2))
     else:
         _print_tables(records, spreads, args)
-        if shape is not None and shape.biased:
+        if shape is not None and shape.departs:
             print("\n" + textwrap.fill(shape.note(), 120))
         if args.power_law:
             _print_power_law(records, args)

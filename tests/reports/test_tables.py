@@ -185,5 +185,5 @@ def test_the_fit_shape_check_runs_over_every_runs_own_fit(sweep_fits):
     runs = sum(len(v.seed_fits) for v in sweep_fits.variants.values())
     shape, table = sweep_fits.shape, sweep_fits.table
     assert shape is not None and shape.runs == runs  # the synthetic runs are true sigmoids plus noise
-    assert table.attrs["shape_note"] == (shape.note() if shape.biased else "")
-    assert ("fit shape:" in format_loo_table(table)) == shape.biased
+    assert table.attrs["shape_note"] == (shape.note() if shape.departs else "")
+    assert ("fit shape:" in format_loo_table(table)) == shape.departs

@@ -202,7 +202,7 @@ def test_power_law_beside_curves_the_sigmoid_could_not_fit(tmp_path, capsys):
 
 def test_fit_shape_check_over_the_curves(tmp_path, capsys):
     # 10 curves that keep rising faster than a sigmoid fitted to their first half: every run ends its
-    # window above its fit, and the command says its predictions are likely too low
+    # window above its fit, and the command says the sigmoid does not follow their shape
     compute = np.concatenate([[0.0], np.geomspace(1.0, 180.0, 30)])
     rng = np.random.default_rng(0)
     rows = []
@@ -214,10 +214,10 @@ def test_fit_shape_check_over_the_curves(tmp_path, capsys):
     assert main(["fit", path, "--fit-until", "90", "--target", "180", "--n-boot", "0"]) == 0
     out = capsys.readouterr().out
     assert "fit shape: 10 of 10 runs end their fit window above their own sigmoid fit" in out
-    assert "likely too low" in out
+    assert "does not follow these curves' shape" in out
     assert main(["fit", path, "--fit-until", "90", "--target", "180", "--n-boot", "0", "--json"]) == 0
     shape = json.loads(capsys.readouterr().out)["fit_shape"]
-    assert shape["runs"] == 10 and shape["above"] == 10 and shape["biased"] is True
+    assert shape["runs"] == 10 and shape["above"] == 10 and shape["departs"] is True
     # curves the sigmoid describes: no note
     assert main(["fit", EXAMPLE, *WINDOW, "--n-boot", "0"]) == 0
     assert "fit shape" not in capsys.readouterr().out
