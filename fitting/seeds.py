@@ -8,7 +8,8 @@ curve never sees it.
 
 Interval: a paired t-interval with the run-to-run variance pooled over the sweep's variants,
     s^2 = sum_v sum_s (d_vs - mean_v)^2 / df,   df = sum_v (n_v - 1),
-    mean_v +- t(df, (1 + level) / 2) * s / sqrt(n_v).
+    mean_v +- t(df, (1 + level) / 2) * s / sqrt(n_v),
+where seed_verdicts sets the level to 1 - (1 - level) / (3 V) for a table of V variants (Bonferroni, see there).
 Why pooled: with 2-3 seeds a variant's own sd has 1-2 degrees of freedom (t = 12.7 or 4.3 at 95%),
 so its interval says almost nothing; the variants of one LOO sweep are one recipe changed on one
 axis each, so one run-to-run sd for the sweep is a fair assumption with many more degrees of
@@ -216,8 +217,12 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
       pred_at_target  R_v(target) - R_base(target) of the fits;
       reach_50/90     ln(C_v / C_base), the compute each fitted curve needs to reach 50% / 90% of the
                       gain the base made by fit_at (> 0: the variant needs more compute: slower).
-    Every interval is at level 1 - (1 - level) / 3 (Bonferroni over the three tested effects, A and
-    the two reach levels), so a variant with no effect gets a verdict with probability <= 1 - level.
+    Every interval is at level 1 - (1 - level) / (3 V) for V variants (Bonferroni over the table's
+    3 V tested effects: A and the two reach levels of each variant), so a sweep whose variants have no
+    effect shows any verdict with probability <= 1 - level. Why the whole table: at 1 - level per
+    variant, a table of 8 null variants would carry a spurious verdict ~34% of the time (1 - 0.95^8),
+    and the same spec run twice would disagree somewhere about as often (measured: BENCHMARKS.md,
+    "Verdicts that replicate"). The MDE is at the same level: what the table can detect.
     Verdict, in this order:
       no verdict            fewer than 2 paired seeds, or no run-to-run variance in the sweep (df = 0);
       ceiling mover         the A interval excludes 0 and A is identifiable in every seed of both runs
@@ -247,9 +252,11 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
                 seed: log_reach_ratio(fit, base_fits[seed], levels[seed][fraction])
                 for seed, fit in by_seed.items() if seed in base_fits}
     effects: dict[str, dict[str, PairedEffect]] = {}
-    # Each verdict tests len(values) - 1 effects (A and the reach levels; pred_at_target is reported,
-    # not tested): Bonferroni keeps a null variant's chance of any verdict at 1 - level.
-    tests = len(values) - 1
+    # Each variant tests len(values) - 1 effects (A and the reach levels; pred_at_target is reported,
+    # not tested); the table makes that many claims per variant at once: Bonferroni over all of them
+    # keeps the chance of any spurious verdict in the table at 1 - level.
+    variants = sum(1 for name in seed_fits if name != base)
+    tests = (len(values) - 1) * max(1, variants)
     level = 1 - (1 - level) / tests
     for quantity, by_variant in values.items():
         sd = None

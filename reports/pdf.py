@@ -27,7 +27,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
 from reports import figures, schema  # noqa: E402
-from reports.tables import (DEFAULT_N_BOOT, EVIDENCE_NOTE, TRUNCATION_NOTE, config_diff,  # noqa: E402
+from reports.tables import (DEFAULT_N_BOOT, TRUNCATION_NOTE, config_diff, evidence_note,  # noqa: E402
                             diagnostics_table, evidence_cells, sig3, table_cells)
 
 ROWS_PER_TABLE_PAGE = 10
@@ -192,7 +192,7 @@ def _evidence_pages(fits) -> list:
             fig = figures._new_figure(f"How sure: the evidence behind each verdict ({count} paired seeds){part}")
             bottom = _draw_table(fig, header, rows[start:start + ROWS_PER_TABLE_PAGE],
                                  colours[start:start + ROWS_PER_TABLE_PAGE], top=0.9)
-            pages += _legend_below(fig, bottom, textwrap.fill(EVIDENCE_NOTE, 165),
+            pages += _legend_below(fig, bottom, textwrap.fill(evidence_note(len(rows)), 165),
                                    f"How sure{part}: how to read it")
     return pages
 

@@ -458,17 +458,22 @@ def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[
     return header, rows
 
 
-EVIDENCE_NOTE = (
-    "Evidence: each seed pairs a variant's run with the base's run of the same seed (same warm start, prompt "
-    "order and sampling seed); an effect is the mean over seeds of variant - base, read from each seed's own fit. "
-    "Intervals are paired t-intervals with the run-to-run sd pooled over the sweep's variants, at 98.3% each "
-    "(Bonferroni over the 3 tested effects: dA and the two compute-to-reach ratios), so a variant without effect "
-    "gets a verdict about 5% of the time. MDE: the smallest true difference the sweep detects 80% of the time; "
-    ">= marks a lower bound from one seed's within-run noise (no run-to-run variance measured). Verdicts: "
-    "ceiling mover = the dA interval excludes 0 and every seed's A is identifiable (not at a bound, window past "
-    "C_mid); efficiency shaper = the compute to reach 50% or 90% of the base's gain by fit_at differs (faster: "
-    "less compute; slower: more; mixed: one each); no detectable effect = neither, at the MDE shown; no verdict "
-    "= fewer than 2 seeds.")
+def evidence_note(variants: int) -> str:
+    """How to read the evidence block: the paired t-intervals, their table-wide level for `variants` variants, MDE, verdicts."""
+    tests = 3 * max(1, variants)
+    level = 1 - 0.05 / tests
+    return (
+        "Evidence: each seed pairs a variant's run with the base's run of the same seed (same warm start, prompt "
+        "order and sampling seed); an effect is the mean over seeds of variant - base, read from each seed's own fit. "
+        f"Intervals are paired t-intervals with the run-to-run sd pooled over the sweep's variants, at {level:.2%} "
+        f"each (Bonferroni over the table's {tests} tested effects: dA and the two compute-to-reach ratios of each "
+        "of its variants), so a table whose variants have no effect shows any verdict about 5% of the time and the "
+        "same spec run twice agrees. MDE: the smallest true difference the sweep detects 80% of the time at that "
+        "level; >= marks a lower bound from one seed's within-run noise (no run-to-run variance measured). Verdicts: "
+        "ceiling mover = the dA interval excludes 0 and every seed's A is identifiable (not at a bound, window past "
+        "C_mid); efficiency shaper = the compute to reach 50% or 90% of the base's gain by fit_at differs (faster: "
+        "less compute; slower: more; mixed: one each); no detectable effect = neither, at the MDE shown; no verdict "
+        "= fewer than 2 seeds.")
 
 
 def low_truncation_text(share) -> str:
@@ -496,7 +501,7 @@ def format_loo_table(table: pd.DataFrame) -> str:
     if "low_truncation_steps" in table.columns and table["low_truncation_steps"].notna().any():
         lines.append(f"\nsteps trunc<5%: {TRUNCATION_NOTE}")
     if "reason" in table.columns and (table["variant"] != schema.BASE).any():
-        lines += ["", *aligned_lines(*evidence_cells(table)), textwrap.fill(EVIDENCE_NOTE, 160)]
+        lines += ["", *aligned_lines(*evidence_cells(table)), textwrap.fill(evidence_note(int((table["variant"] != schema.BASE).sum())), 160)]
     if table.attrs.get("shape_note"):
         lines.append("\n" + textwrap.fill(table.attrs["shape_note"], 160))
     flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]

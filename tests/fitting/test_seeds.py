@@ -67,7 +67,7 @@ def test_one_seed_gives_no_verdict_and_an_mde_lower_bound():
         assert a.mde_is_lower_bound and math.isnan(a.low)
         from scipy import stats
 
-        z = stats.norm.ppf(1 - 0.05 / 3 / 2)  # Bonferroni over the 3 tested effects
+        z = stats.norm.ppf(1 - 0.05 / (3 * 4) / 2)  # Bonferroni over the table's 3 x 4 tested effects
         assert a.mde == pytest.approx((z + stats.norm.ppf(0.8)) * math.hypot(0.01, 0.01), rel=1e-6)
         assert f"MDE: A ≥{a.mde:.3f}" in v.reason
 
@@ -137,16 +137,21 @@ def test_held_out_interval():
 
 
 def test_null_variants_rarely_get_a_verdict_and_real_effects_usually_do():
-    # 60 sweeps of a base and 4 variants with the same truth (2 seeds each), plus a ceiling 0.08 higher:
-    # a null variant gets any verdict with probability about 1 - level = 5% (Bonferroni over 3 tests)
-    verdicts_null, detected = [], 0
+    # 60 sweeps of a base and 4 variants with the same truth (2 seeds each), plus a ceiling 0.12 higher
+    # (about twice the table's MDE in A, 0.064; table-wide Bonferroni costs power: +0.08, detected >= 80%
+    # at 5% per variant, is detected ~70-75% at 5% per table, measured 2026-11-24):
+    # a table whose null variants are the only ones gets any verdict with probability <= 1 - level = 5%
+    # (Bonferroni over the table's 3 x 5 tests); at 5% per variant 4 nulls would give ~19% of tables one
+    verdicts_null, detected, spurious_tables = [], 0, 0
     for rep in range(60):
         names = ["base", "v1", "v2", "v3", "v4"]
         fits = {name: {s: run(*BASE, seed=10_000 * rep + 100 * i + s) for s in range(2)} for i, name in enumerate(names)}
-        fits["up"] = {s: run(0.69, 1.92, 2542.0, seed=10_000 * rep + 900 + s) for s in range(2)}
+        fits["up"] = {s: run(0.73, 1.92, 2542.0, seed=10_000 * rep + 900 + s) for s in range(2)}
         verdicts = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET)
         verdicts_null += [verdicts[name].verdict for name in names[1:]]
+        spurious_tables += any(verdicts[name].verdict != "no detectable effect" for name in names[1:])
         detected += verdicts["up"].verdict == "ceiling mover" and verdicts["up"].direction == "higher"
     false_positive = sum(v != "no detectable effect" for v in verdicts_null) / len(verdicts_null)
     assert false_positive <= 0.10  # nominal 0.05; 240 draws: 0.10 is > 3 binomial sd above it
+    assert spurious_tables / 60 <= 0.12  # nominal <= 0.04 (4 of the 5 variants null); 0.12 is > 2.8 sd above 0.05
     assert detected >= 0.8 * 60
