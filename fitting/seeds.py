@@ -203,6 +203,13 @@ class SeedVerdict:
     ceiling_budget: float  # the fit_at a ceiling claim would need (3 x the largest C_mid upper bound)
 
 
+def table_level(variants: int, level: float = LEVEL) -> tuple[int, float]:
+    """(tests, per-interval level) of a LOO table of `variants` variants: Bonferroni over its tests,
+    tests = (1 + len(REACH_LEVELS)) x variants (A and each reach level), level_i = 1 - (1 - level) / tests."""
+    tests = (1 + len(REACH_LEVELS)) * max(1, variants)
+    return tests, 1 - (1 - level) / tests
+
+
 def _reach_key(fraction: float) -> str:
     return f"reach_{round(fraction * 100)}"
 
@@ -252,12 +259,10 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
                 seed: log_reach_ratio(fit, base_fits[seed], levels[seed][fraction])
                 for seed, fit in by_seed.items() if seed in base_fits}
     effects: dict[str, dict[str, PairedEffect]] = {}
-    # Each variant tests len(values) - 1 effects (A and the reach levels; pred_at_target is reported,
-    # not tested); the table makes that many claims per variant at once: Bonferroni over all of them
-    # keeps the chance of any spurious verdict in the table at 1 - level.
-    variants = sum(1 for name in seed_fits if name != base)
-    tests = (len(values) - 1) * max(1, variants)
-    level = 1 - (1 - level) / tests
+    # Each variant tests A and the reach levels (pred_at_target is reported, not tested); the table
+    # makes those claims for every variant at once: Bonferroni over all of them keeps the chance of any
+    # spurious verdict in the table at 1 - level.
+    _, level = table_level(sum(1 for name in seed_fits if name != base), level)
     for quantity, by_variant in values.items():
         sd = None
         if within_run_sd is not None and quantity in ("A", "pred_at_target"):

@@ -192,7 +192,7 @@ def _evidence_pages(fits) -> list:
             fig = figures._new_figure(f"How sure: the evidence behind each verdict ({count} paired seeds){part}")
             bottom = _draw_table(fig, header, rows[start:start + ROWS_PER_TABLE_PAGE],
                                  colours[start:start + ROWS_PER_TABLE_PAGE], top=0.9)
-            pages += _legend_below(fig, bottom, textwrap.fill(evidence_note(len(rows)), 165),
+            pages += _legend_below(fig, bottom, textwrap.fill(evidence_note(table), 165),
                                    f"How sure{part}: how to read it")
     return pages
 

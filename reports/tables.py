@@ -458,10 +458,11 @@ def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[
     return header, rows
 
 
-def evidence_note(variants: int) -> str:
-    """How to read the evidence block: the paired t-intervals, their table-wide level for `variants` variants, MDE, verdicts."""
-    tests = 3 * max(1, variants)
-    level = 1 - 0.05 / tests
+def evidence_note(table: pd.DataFrame) -> str:
+    """How to read the evidence block: paired t-intervals at the table-wide level (fitting.seeds.table_level), MDE."""
+    from fitting.seeds import table_level
+
+    tests, level = table_level(int((table["variant"] != schema.BASE).sum()))
     return (
         "Evidence: each seed pairs a variant's run with the base's run of the same seed (same warm start, prompt "
         "order and sampling seed); an effect is the mean over seeds of variant - base, read from each seed's own fit. "
@@ -501,7 +502,7 @@ def format_loo_table(table: pd.DataFrame) -> str:
     if "low_truncation_steps" in table.columns and table["low_truncation_steps"].notna().any():
         lines.append(f"\nsteps trunc<5%: {TRUNCATION_NOTE}")
     if "reason" in table.columns and (table["variant"] != schema.BASE).any():
-        lines += ["", *aligned_lines(*evidence_cells(table)), textwrap.fill(evidence_note(int((table["variant"] != schema.BASE).sum())), 160)]
+        lines += ["", *aligned_lines(*evidence_cells(table)), textwrap.fill(evidence_note(table), 160)]
     if table.attrs.get("shape_note"):
         lines.append("\n" + textwrap.fill(table.attrs["shape_note"], 160))
     flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]
