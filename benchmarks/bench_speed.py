@@ -98,6 +98,10 @@ def run_child(args) -> int:
         from recipe.run import Run, assemble_minibatch, sample_groups, train_on
     except ImportError:  # trees from before the engine split (recipe/engines/) kept them in recipe.loop
         from recipe.loop import Run, assemble_minibatch, sample_groups, train_on
+    try:  # trees that sample a round's minibatches together (recipe/engines/native.py does)
+        from recipe.run import sample_round
+    except ImportError:
+        sample_round = None
     from recipe.warm_start import cache_root, warm_start_key
 
     total = args.warmup + args.steps
@@ -125,12 +129,23 @@ def run_child(args) -> int:
         while run.step < total:
             k = min(run.c.off_policy.k, total - run.step)
             round_ = []
-            for _ in range(k):  # 1. generation: k minibatches with the same frozen weights
+            generated = []  # (samples, minibatch, generation seconds) of the round's k minibatches
+            if sample_round is not None:  # 1. generation: k minibatches with the same frozen weights
                 t0 = time.perf_counter()
-                samples = sample_groups(run.model, run.tokenizer, run.task, run.c, cfg, run.c.curriculum.sample(P),
-                                        run.rngs, policy_version=run.step)
-                minibatch = assemble_minibatch(samples, run.c)
-                generation_s = time.perf_counter() - t0
+                orders = [run.c.curriculum.sample(P) for _ in range(k)]
+                both = [(samples, assemble_minibatch(samples, run.c))
+                        for samples in sample_round(run.model, run.tokenizer, run.task, run.c, cfg, orders, run.rngs,
+                                                    policy_version=run.step)]
+                generation_s = (time.perf_counter() - t0) / k  # the round's time, a k-th to each step
+                generated = [(samples, minibatch, generation_s) for samples, minibatch in both]
+            else:
+                for _ in range(k):
+                    t0 = time.perf_counter()
+                    samples = sample_groups(run.model, run.tokenizer, run.task, run.c, cfg,
+                                            run.c.curriculum.sample(P), run.rngs, policy_version=run.step)
+                    minibatch = assemble_minibatch(samples, run.c)
+                    generated.append((samples, minibatch, time.perf_counter() - t0))
+            for samples, minibatch, generation_s in generated:
                 rollout = samples.rollout
                 if not first:
                     first = {"prompts_sha": hashlib.sha256(json.dumps(samples.prompt_ids).encode()).hexdigest()[:16],

@@ -142,6 +142,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     # A group of one sample has no spread, so no advantage: G >= 2.
     "rollout.prompts_per_batch": (1, math.inf, True), "rollout.samples_per_prompt": (2, math.inf, True),
     "rollout.temperature": (0, math.inf, False), "rollout.max_new_tokens": (1, math.inf, True),
+    "rollout.rows_per_call": (1, math.inf, True),
     "optimizer.lr": (0, math.inf, False), "optimizer.warmup_steps": (0, math.inf, True),
     "optimizer.weight_decay": (0, math.inf, True), "optimizer.eps": (0, math.inf, False),
     "optimizer.beta1": (0, 1, True), "optimizer.beta2": (0, 1, True), "optimizer.grad_clip": (0, math.inf, False),

@@ -85,7 +85,22 @@ class Minibatch:
 
 
 def select_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
-    return Rollout(**{k: (v[rows] if torch.is_tensor(v) else v) for k, v in rollout.__dict__.items()})
+    """The rollout's `rows`, cut to their own width: prompt columns that are padding in every selected row
+    and response columns past the longest selected response go, so the trainer never computes them.
+
+    Positions come from the attention mask (recipe.generator.positions_from_mask), so dropping
+    all-padding columns leaves every token's position and context as they were.
+    """
+    picked = {k: (v[rows] if torch.is_tensor(v) else v) for k, v in rollout.__dict__.items()}
+    P = rollout.prompt_width
+    first = int(picked["attention_mask"][:, :P].any(dim=0).int().argmax())  # first prompt column in use
+    T = max(1, int(picked["lengths"].max())) if picked["lengths"].numel() else 1
+    for key in ("input_ids", "attention_mask"):
+        picked[key] = picked[key][:, first: P + T]
+    for key in ("loss_mask", "old_logprobs", "versions"):
+        picked[key] = picked[key][:, :T]
+    picked["prompt_width"] = P - first
+    return Rollout(**picked)
 
 
 def sample_groups(model, tokenizer, task, c: Components, cfg: RecipeConfig, prompt_ids: list[int], rngs: dict,
@@ -101,6 +116,34 @@ def sample_groups(model, tokenizer, task, c: Components, cfg: RecipeConfig, prom
     correct = score(task, tokenizer, rollout, [p.answer for p in problems for _ in range(G)]).cpu()
     rewards = c.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), rollout.lengths.cpu(), correct)
     return Samples(list(prompt_ids), rollout, correct, rewards, *since(started))
+
+
+def sample_round(model, tokenizer, task, c: Components, cfg: RecipeConfig, orders: list[list[int]], rngs: dict,
+                 policy_version: int) -> list[Samples]:
+    """The minibatches of one PPO-off-policy round (`orders`: each minibatch's prompt ids), sampled together.
+
+    All of a round's minibatches come from the same frozen weights, so they are sampled in as few
+    generate calls as `rollout.rows_per_call` allows (whole minibatches a call): one decode step of
+    2,048 rows costs far less than eight of 256 on a CPU, where small ops pay per call. Each
+    minibatch is then cut to its own rows and width (select_rows) and charged its share of the
+    call's generation time (equal rows, equal share).
+    """
+    rows_per_minibatch = cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt
+    per_call = max(1, cfg.rollout.rows_per_call // rows_per_minibatch)
+    round_: list[Samples] = []
+    for start in range(0, len(orders), per_call):
+        chunk = orders[start: start + per_call]
+        together = sample_groups(model, tokenizer, task, c, cfg, [p for order in chunk for p in order], rngs,
+                                 policy_version=policy_version)
+        G = cfg.rollout.samples_per_prompt
+        offset = 0
+        for order in chunk:
+            rows = torch.arange(offset, offset + len(order) * G)
+            offset += len(order) * G
+            round_.append(Samples(list(order), select_rows(together.rollout, rows.to(together.rollout.input_ids.device)),
+                                  together.correct[rows], together.rewards[rows], together.seconds / len(chunk),
+                                  together.cpu_seconds / len(chunk)))
+    return round_
 
 
 def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:

@@ -65,6 +65,10 @@ class RolloutConfig:
     temperature: float = 1.0
     # Hard cap on generated tokens (thinking + answer); a sample that hits it is truncated (reward -1).
     max_new_tokens: int = 24
+    # Rows (prompts x samples) generated in one call: a PPO-off-policy round's k minibatches share
+    # their weights, so they are sampled together up to this many rows (the testbed's 8 x 256 in one
+    # call). Lower it for a large model whose KV cache would not fit.
+    rows_per_call: int = 2048
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 One generation round under PPO-off-policy-k: the curriculum picks P prompts, the frozen policy
 samples G responses each (B = P G sequences) and records behaviour logprobs; the checker scores
 them (+1 / -1), length control shapes the rewards, the batch filter drops groups and the advantage
-normalization scales the rest. k such minibatches are generated before any weight changes, then
+normalization scales the rest. k such minibatches are generated before any weight changes (in one
+generate call, up to rollout.rows_per_call rows: recipe.run.sample_round), then
 the trainer takes k optimizer steps on them in order (minibatch j is j steps stale; k = 1 is
 on-policy). At each evaluation step (evenly spaced in log steps, recipe.evaluation.evaluation_steps)
 the validation pass rate is logged with the compute spent; at the first round boundary past every
@@ -21,7 +22,7 @@ from typing import Callable
 
 from recipe.compute import ComputeMeter, clocks, since
 from recipe.config import RecipeConfig
-from recipe.run import Run, assemble_minibatch, default_devices, sample_groups, train_on
+from recipe.run import Run, assemble_minibatch, default_devices, sample_round, train_on
 
 
 def train_native(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
@@ -41,13 +42,12 @@ def train_native(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             log_eval()
         while run.step < cfg.max_steps:
             # 1. Generation round: k minibatches sampled with the same frozen weights (version = step).
+            #    The curriculum picks every minibatch's prompts first, then they are sampled together.
             k = min(run.c.off_policy.k, cfg.max_steps - run.step)
-            round_ = []
-            for _ in range(k):
-                samples = sample_groups(run.model, run.tokenizer, run.task, run.c, cfg,
-                                        run.c.curriculum.sample(cfg.rollout.prompts_per_batch), run.rngs,
-                                        policy_version=run.step)
-                round_.append(assemble_minibatch(samples, run.c))
+            orders = [run.c.curriculum.sample(cfg.rollout.prompts_per_batch) for _ in range(k)]
+            round_ = [assemble_minibatch(samples, run.c)
+                      for samples in sample_round(run.model, run.tokenizer, run.task, run.c, cfg, orders, run.rngs,
+                                                  policy_version=run.step)]
             # 2. k optimizer steps, minibatch j after j updates since it was sampled.
             for minibatch in round_:
                 started = clocks()
