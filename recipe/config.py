@@ -150,6 +150,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "eval.every_steps": (1, math.inf, True), "eval.points_per_doubling": (0, math.inf, True),
     "eval.num_prompts": (1, math.inf, True),
     "eval.samples_per_prompt": (1, math.inf, True), "eval.batch_size": (1, math.inf, True),
+    "eval.seed": (0, math.inf, True),
     "checkpoint.every_steps": (1, math.inf, True),
     "max_steps": (0, math.inf, True), "engine.num_processes": (1, math.inf, True),
 }

@@ -1,11 +1,11 @@
 """Held-out evaluation: pass rate mean@k (temperature sampling) and greedy pass@1 on the validation split.
 
 mean@k = (1/(P k)) sum_p sum_j 1[sample j of prompt p is correct], the paper's curve (mean@16 on
-1,000 prompts there). Sampling uses random streams derived from the run's seed only, the same at
-every evaluation (common random numbers: a fixed set of prompts and of draws, so consecutive points
-differ by what the policy learned rather than by sampling noise, and a variant and the base on the
-same seed are evaluated on the same draws). Evaluating never perturbs the training streams, and a
-resumed run evaluates exactly as an uninterrupted one.
+1,000 prompts there). Sampling uses random streams derived from `seed` only (eval.seed: one stream
+for every run by default), the same at every evaluation (common random numbers: a fixed set of
+prompts and of draws, so consecutive points differ by what the policy learned rather than by
+sampling noise, and every run of a sweep is scored on the same draws). Evaluating never perturbs
+the training streams, and a resumed run evaluates exactly as an uninterrupted one.
 Length control acts as in training (interruption is part of how the model answers); rewards are
 the checker's verdict alone, never length-shaped.
 """

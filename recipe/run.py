@@ -269,7 +269,8 @@ def configure_cuda() -> None:
 def evaluation_kwargs(cfg: RecipeConfig, c: Components) -> dict:
     """recipe.evaluation.evaluate's settings for a run: the same in every engine, so curves compare."""
     return dict(precision=c.precision, length_control=c.length_control, eval_cfg=cfg.eval,
-                max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature, seed=cfg.seed)
+                max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+                seed=cfg.seed if cfg.eval.seed is None else cfg.eval.seed)
 
 
 def default_devices(device: str) -> int:

@@ -101,6 +101,10 @@ class EvalConfig:
     # Answers generated per call, sampled and greedy together (num_prompts x (samples_per_prompt + 1)
     # rows in all): the testbed's 640 in one call. Lower it when a large model's KV cache must fit.
     batch_size: int = 1024
+    # The random stream of the evaluation's draws (sampling uniforms, thinking budgets): one fixed
+    # stream, so every run of a sweep, whatever its seed, is scored on the same test; null: the run's
+    # own seed (each seed a different test, which adds between-seed spread: BENCHMARKS.md).
+    seed: Optional[int] = 0
 
 
 @dataclass(frozen=True)

@@ -67,3 +67,27 @@ def test_every_evaluation_of_a_run_uses_the_same_draws(tiny_recipe, tmp_path):
     again = run.evaluate()
     for key in ("eval/pass_rate", "eval/len_mean", "eval/interrupted_frac"):
         assert again[key] == first[key]
+
+
+def test_runs_of_every_seed_are_scored_on_one_stream_unless_eval_seed_is_null(tiny_recipe):
+    # eval.seed (default 0): one test for every run of a sweep; null: each run's own seed decides its draws.
+    from recipe.evaluation import evaluate
+    from recipe.model import load_model_dir
+    from recipe.run import build_components, evaluation_kwargs
+    from recipe.tasks import build_task
+
+    torch.set_num_threads(1)
+    cfg = tiny_recipe("eval.samples_per_prompt=8")
+    model, tokenizer = load_model_dir(cfg.model.path)
+    task = build_task(cfg.task, tokenizer)
+
+    def scored(*overrides):
+        run_cfg = tiny_recipe("eval.samples_per_prompt=8", *overrides)
+        kwargs = evaluation_kwargs(run_cfg, build_components(run_cfg))
+        return kwargs["seed"], evaluate(model, tokenizer, task, **kwargs)["eval/len_mean"]
+
+    assert scored("seed=1") == scored("seed=2") == scored("seed=5", "eval.seed=0")
+    assert scored("seed=1", "eval.seed=null")[0] == 1
+    assert scored("seed=1", "eval.seed=null") != scored("seed=2", "eval.seed=null")  # different draws, same model
+    with pytest.raises(Exception, match="eval.seed"):
+        tiny_recipe("eval.seed=-1")
