@@ -128,20 +128,20 @@ def sample_round(model, tokenizer, task, c: Components, cfg: RecipeConfig, order
     minibatch is then cut to its own rows and width (select_rows) and charged its share of the
     call's generation time (equal rows, equal share).
     """
-    rows_per_minibatch = cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt
-    per_call = max(1, cfg.rollout.rows_per_call // rows_per_minibatch)
+    G = cfg.rollout.samples_per_prompt
+    per_call = max(1, cfg.rollout.rows_per_call // (cfg.rollout.prompts_per_batch * G))
     round_: list[Samples] = []
     for start in range(0, len(orders), per_call):
         chunk = orders[start: start + per_call]
         together = sample_groups(model, tokenizer, task, c, cfg, [p for order in chunk for p in order], rngs,
                                  policy_version=policy_version)
-        G = cfg.rollout.samples_per_prompt
+        device = together.rollout.input_ids.device
         offset = 0
         for order in chunk:
             rows = torch.arange(offset, offset + len(order) * G)
             offset += len(order) * G
-            round_.append(Samples(list(order), select_rows(together.rollout, rows.to(together.rollout.input_ids.device)),
-                                  together.correct[rows], together.rewards[rows], together.seconds / len(chunk),
+            round_.append(Samples(list(order), select_rows(together.rollout, rows.to(device)), together.correct[rows],
+                                  together.rewards[rows], together.seconds / len(chunk),
                                   together.cpu_seconds / len(chunk)))
     return round_
 
