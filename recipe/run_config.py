@@ -103,7 +103,7 @@ class EvalConfig:
     batch_size: int = 1024
     # The random stream of the evaluation's draws (sampling uniforms, thinking budgets): one fixed
     # stream, so every run of a sweep, whatever its seed, is scored on the same test; null: the run's
-    # own seed (each seed a different test, which adds between-seed spread: BENCHMARKS.md).
+    # own seed (each seed a different test).
     seed: Optional[int] = 0
 
 
