@@ -16,10 +16,11 @@ machine noise hits all three alike:
 prompts x 8 samples, seed 0, 2 torch threads (OMP_NUM_THREADS=2), the cached embedded warm start
 (both trees must resolve the same warm-start directory; the child refuses to build one), MLflow off,
 a temporary run dir. The child replays recipe.engines.native's loop body without evaluation or
-checkpoints, with APIs both trees have (Run, sample_groups, assemble_minibatch, train_on): per round
-of k minibatches, k x (curriculum.sample + sample_groups + assemble_minibatch) = generation, then k
-x train_on = training, each timed with time.perf_counter. A step = one minibatch's generation +
-its training. W warm-up steps, then N measured steps; the figures pool the measured steps of all rounds.
+checkpoints, with the tree's own APIs (Run, sample_groups, assemble_minibatch, train_on): per round
+of k minibatches, k x (curriculum.sample + sample_groups + assemble_minibatch) = generation, or, in
+a tree that samples a round together (recipe.run.sample_round), k x curriculum.sample + sample_round
++ k x assemble_minibatch timed as one and charged a k-th to each step; then k x train_on =
+training, each timed with time.perf_counter. A step = one minibatch's generation + its training. W warm-up steps, then N measured steps; the figures pool the measured steps of all rounds.
 
 Counted per step: completions (P x G rows); generated tokens = rollout.lengths summed (every
 generated token, forced interruption-phrase tokens included) and sampled tokens = rollout.loss_mask
@@ -489,7 +490,8 @@ def main(argv=None) -> int:
     results["machine"]["load_at_end"] = loadavg()
     results["runs"] = runs
     results["notes"] = (
-        "s/step = generation (curriculum.sample + sample_groups + assemble_minibatch) + training (train_on) of one "
+        "s/step = generation (curriculum.sample + sample_groups + assemble_minibatch, or a k-th of a round's "
+        "sample_round where the tree has it) + training (train_on) of one "
         "minibatch; means pool the measured steps of all rounds. tokens/s = (generated + trained tokens) / s; "
         "generated = rollout.lengths (forced phrase tokens included; sampled_tokens = loss_mask sum excludes them), "
         "trained = attention_mask sum of the rows kept by the filter (prompt + response; trained_response = their "
