@@ -24,7 +24,7 @@ def recompute(model, rollout):
 
 def test_selected_rows_lose_the_columns_that_are_padding_in_all_of_them(tiny_model_dir):
     model, tokenizer = load_model_dir(tiny_model_dir)
-    # Two long prompts and one short: the short one's rows alone need fewer prompt columns.
+    # Rows of a long prompt and of a short one: the short prompt's rows alone need fewer prompt columns.
     prompts = ["123+99=<think>"] * 4 + ["7+5=<think>"] * 4
     rollout = generate(model, tokenizer, prompts, precision=FP32_HEAD, length_control=INTERRUPTION,
                        max_new_tokens=12, torch_rng=torch.Generator().manual_seed(0),
