@@ -76,9 +76,12 @@ def _title_page(fits):
         *recipe,
         "",
         "Fit            R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), R0 = step-0 evaluation, C_mid bounds from",
-        f"               the data; intervals: moving-block residual bootstrap ({fits.n_boot} draws, 95%).",
-        "Verdicts       ceiling mover: |delta A| > 0.02 + combined A interval half-width; efficiency shaper:",
-        "               |delta B| at a common fixed A > combined B interval half-width; else no detectable effect.",
+        f"               the data; A intervals: moving-block residual bootstrap ({fits.n_boot} draws, 95%); with",
+        "               >= 2 seeds the prediction interval adds run-to-run variance (t over seeds).",
+        "Verdicts       paired over seeds (variant - base of the same seed, each seed's own fit; t-intervals at",
+        "               the table-wide level): ceiling mover = the dA interval excludes 0 and every seed's A is",
+        "               identifiable; efficiency shaper = the compute to reach 50% or 90% of the base's gain",
+        "               differs; else no detectable effect; one seed: no verdict. Details: the 'How sure' page.",
     ]
     with plt.rc_context(figures.STYLE):
         fig = plt.figure(figsize=figures.PAGE)

@@ -153,3 +153,13 @@ def test_a_legend_too_long_for_the_room_under_its_table_gets_its_own_page():
     assert len(short) == 1 and texts_inside(short[0])
     for page in pages + short:
         plt.close(page)
+
+
+def test_the_title_page_states_the_verdict_rule_the_table_uses(sweep_fits):
+    # The verdicts come from seed-paired effects (fitting.seeds); the title page must not describe an older rule.
+    from reports.pdf import _title_page
+
+    fig = _title_page(sweep_fits)
+    text = " ".join(t.get_text() for t in fig.texts)
+    assert "paired over seeds" in text and "compute to reach 50% or 90%" in text
+    assert "combined A interval" not in text
