@@ -118,7 +118,9 @@ def start_driver_until(spec: Path, out: Path, ready) -> subprocess.Popen:
 def test_kill_9_of_the_driver_then_rerun_resumes_without_gaps_or_duplicates(tmp_path, kill_jobs_too):
     # driver-only: the jobs live on and the new driver watches them instead of launching twice;
     # driver-and-jobs (a lost node): the new driver resumes every job from its checkpoint.
-    spec = write_spec(tmp_path, executor="local", target=160)
+    # 50 steps a job: a job at its third evaluation point (step 4) is far from done when the kill lands
+    # (at 10 steps, 160 samples, a fast machine finished a job between the poll and the kill).
+    spec = write_spec(tmp_path, executor="local", target=800)
     out = tmp_path / "out"
     command = [sys.executable, "-m", "sweeps.cli", "run", str(spec)]
     # kill once some job has a few evaluation points, none finished

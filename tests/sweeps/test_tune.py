@@ -169,10 +169,13 @@ class PruneAfterBest(Pruner):
 def test_a_pruned_trial_is_stopped_told_pruned_and_reported(tmp_path, tiny_model_dir, capsys):
     if "test_prune_after_best" not in PRUNERS.names():
         PRUNERS.register("test_prune_after_best")(PruneAfterBest)
-    # Trial 1 with G = 2: ten evaluations before fit_at, so there is time to stop it mid-way.
+    # Trial 1 with G = 2: 80 steps to fit_at, so the driver (polling every 0.5 s) has time to stop it
+    # mid-way (at 160 samples, 20 steps, a fast machine finished the trial before the driver's poll).
     start_with = [{"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 4},
                   {"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 2}]
-    spec = write_spec(tmp_path, tiny_model_dir, trials=2, pruner="test_prune_after_best", start_with=start_with)
+    fit_at = 640
+    spec = write_spec(tmp_path, tiny_model_dir, trials=2, pruner="test_prune_after_best", start_with=start_with,
+                      budget={"unit": "samples", "fit_at": fit_at, "target": 2 * fit_at})
     assert main(["tune", str(spec)]) == 0
     out = tmp_path / "out"
     trials = load_study(out).get_trials()
@@ -180,9 +183,9 @@ def test_a_pruned_trial_is_stopped_told_pruned_and_reported(tmp_path, tiny_model
     record = json.loads((out / "trials" / "1.json").read_text())
     run_dir = out / "runs" / record["run_id"]
     decision = json.loads((run_dir / "pruned.json").read_text())
-    assert 0.3 * 160 <= decision["compute"] < 160 and decision["best_trial"] == 0
+    assert 0.3 * fit_at <= decision["compute"] < fit_at and decision["best_trial"] == 0
     # the job was stopped: it never reached fit_at, and nothing holds its run any more
-    assert not (run_dir / "done.json").exists() and record["compute"] < 160
+    assert not (run_dir / "done.json").exists() and record["compute"] < fit_at
     assert not is_locked(run_dir)
     printed = capsys.readouterr().out
     assert "trial 1 pruned at" in printed and "pruning stopped 1 trial(s) early" in printed
