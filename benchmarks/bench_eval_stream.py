@@ -128,8 +128,10 @@ def main(argv=None) -> int:
             "A_sd": float(np.std([r["A"] for r in by_seed.values()], ddof=1)),
             "identifiable": sum(r["identifiable"] for r in by_seed.values()),
         }
-    output = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.processor(),
-              "cpu": _cpu(), "load_before_after": load, "minutes": (time.time() - started) / 60,
+    from bench_speed import cpu_model  # the benchmarks' one CPU-model reader (benchmarks/ is on sys.path)
+
+    output = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": platform.node(),
+              "cpu": cpu_model(), "load_before_after": load, "minutes": (time.time() - started) / 60,
               "args": vars(args), "runs": results, "summary": summary}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(output, indent=1) + "\n")
@@ -143,13 +145,6 @@ def main(argv=None) -> int:
               f"{s['error_sd']:.3f}, observed sd {s['observed_sd']:.3f}, A sd {s['A_sd']:.3f}, "
               f"A identifiable {s['identifiable']} of {len(args.seeds)}")
     return 0
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ checkpoints, with the tree's own APIs (Run, sample_groups, assemble_minibatch, t
 of k minibatches, k x (curriculum.sample + sample_groups + assemble_minibatch) = generation, or, in
 a tree that samples a round together (recipe.run.sample_round), k x curriculum.sample + sample_round
 + k x assemble_minibatch timed as one and charged a k-th to each step; then k x train_on =
-training, each timed with time.perf_counter. A step = one minibatch's generation + its training. W warm-up steps, then N measured steps; the figures pool the measured steps of all rounds.
+training, each timed with time.perf_counter. A step = one minibatch's generation + its training.
+W warm-up steps, then N measured steps; the figures pool the measured steps of all rounds.
 
 Counted per step: completions (P x G rows); generated tokens = rollout.lengths summed (every
 generated token, forced interruption-phrase tokens included) and sampled tokens = rollout.loss_mask
