@@ -67,9 +67,9 @@ class RecipeConfig:
 
 
 AXES = tuple(REGISTRIES)
-# Field paths that do not change what a run computes (where it logs, where caches live), so they
-# stay out of its id.
-NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir")
+# Field paths that do not change what a run computes (where it logs, where caches live, whether
+# the warm start with the same key is the shipped build or this machine's), so they stay out of its id.
+NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped")
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:

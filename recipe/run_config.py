@@ -37,6 +37,11 @@ class WarmStartConfig:
     interrupted_frac: float = 0.05
     seed: int = 0
     cache_dir: Optional[str] = None
+    # Use the warm start shipped with the package (recipe/warm_starts/<key>/) when one has this
+    # section's key: the base recipe's is shipped, so a fresh machine skips the build and every machine
+    # starts RL from the same weights. False builds it on this machine (its weights then differ from
+    # another machine's build by round-off).
+    use_shipped: bool = True
 
 
 @dataclass(frozen=True)

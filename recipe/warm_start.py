@@ -9,6 +9,9 @@ answered, so the model has seen the phrase before RL forces it.
 
 The result is saved as a normal Hugging Face directory under the cache, keyed by a hash of
 everything that determines it, built once under a file lock and shared by every job of a sweep.
+The base recipe's warm start is also shipped with the package (recipe/warm_starts/<key>/, written by
+scripts/ship_warm_start.py): a fresh machine skips its ~4-minute build, and every machine starts RL
+from the same weights instead of its own build, which differs from another CPU's by round-off.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ from recipe.tracking import write_json_atomic
 WARM_START_VERSION = 1
 # How often a job waiting for another job's warm-start build reads its progress.
 WAIT_POLL_SECONDS = 1.0
+# Warm starts shipped with the package, one directory per key (read only).
+SHIPPED_DIR = Path(__file__).resolve().parent / "warm_starts"
+# WarmStartConfig fields that do not determine the weights.
+NOT_IN_KEY = ("cache_dir", "use_shipped")
 
 
 def cache_root(cfg: WarmStartConfig) -> Path:
@@ -50,7 +57,7 @@ def warm_start_key(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: 
     data = {
         "version": WARM_START_VERSION,
         "model": {k: v for k, v in dataclasses.asdict(model_cfg).items() if k not in ("path", "dtype")},
-        "warm_start": {k: v for k, v in dataclasses.asdict(warm_cfg).items() if k != "cache_dir"},
+        "warm_start": {k: v for k, v in dataclasses.asdict(warm_cfg).items() if k not in NOT_IN_KEY},
         "digits": [task_cfg.min_digits, task_cfg.max_digits],
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -143,14 +150,19 @@ def build_warm_start(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg
 
 def warm_start_dir(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: TaskConfig,
                    log_every: int = 0, on_progress: Callable[[int, int], None] | None = None) -> Path:
-    """The cached warm-start model directory, built first if missing (once across concurrent jobs).
+    """The warm-start model directory: the shipped one for this key (unless warm_cfg.use_shipped is
+    False), else the cached one, built first if missing (once across concurrent jobs).
 
     on_progress(steps done, steps in all) reports the build, also to jobs that wait for another
     job's build: the builder writes its progress beside the lock, the waiters poll it.
     """
+    key = warm_start_key(model_cfg, warm_cfg, task_cfg)
+    shipped = SHIPPED_DIR / key
+    if warm_cfg.use_shipped and (shipped / "warm_start.json").is_file():
+        return shipped
     root = cache_root(warm_cfg) / "warm_start"
     root.mkdir(parents=True, exist_ok=True)
-    path = root / warm_start_key(model_cfg, warm_cfg, task_cfg)
+    path = root / key
     if (path / "warm_start.json").is_file():
         return path
     progress_file = root / f"{path.name}.progress.json"

@@ -102,3 +102,44 @@ def test_a_run_shows_the_warm_start_as_its_phase_while_it_builds(tmp_path, monke
     progress = [(p["phase"], p["done"], p["total"]) for p in phases if p is not None]
     assert progress[0] == ("warm start", 0, 2) and progress[-1] == ("warm start", 2, 2)
     assert phases[-1] is None and read_phase(run_dir) is None  # cleared once the model is ready
+
+
+def test_a_shipped_warm_start_is_used_for_its_key_unless_use_shipped_is_false(tmp_path, monkeypatch):
+    import recipe.warm_start
+
+    cfg = WarmStartConfig(steps=2, batch_size=4, cache_dir=str(tmp_path / "cache"))
+    key = warm_start_key(SMALL_MODEL, cfg, TASK)
+    shipped_root = tmp_path / "shipped"
+    recipe.warm_start.build_warm_start(SMALL_MODEL, cfg, TASK, shipped_root / key)
+    monkeypatch.setattr(recipe.warm_start, "SHIPPED_DIR", shipped_root)
+    assert warm_start_dir(SMALL_MODEL, cfg, TASK) == shipped_root / key
+    assert not (tmp_path / "cache").exists()  # nothing built
+    # use_shipped=False builds this machine's own, in the cache; the flag is not part of the key.
+    own = warm_start_dir(SMALL_MODEL, dataclasses.replace(cfg, use_shipped=False), TASK)
+    assert own == tmp_path / "cache" / "warm_start" / key and (own / "warm_start.json").is_file()
+    assert warm_start_key(SMALL_MODEL, dataclasses.replace(cfg, use_shipped=False), TASK) == key
+    # Another key finds nothing shipped and builds.
+    other = warm_start_dir(SMALL_MODEL, dataclasses.replace(cfg, seed=1), TASK)
+    assert other.parent == tmp_path / "cache" / "warm_start"
+
+
+def test_the_shipped_warm_start_is_the_base_recipes_and_loads():
+    """Fails when the base recipe's model, warm start or task digits change without re-shipping
+    (scripts/ship_warm_start.py)."""
+    import json
+
+    from recipe.config import load_recipe
+    from recipe.model import load_model_dir
+    from recipe.warm_start import SHIPPED_DIR
+
+    cfg = load_recipe()
+    key = warm_start_key(cfg.model, cfg.warm_start, cfg.task)
+    shipped = sorted(p.name for p in SHIPPED_DIR.iterdir() if p.is_dir())
+    assert shipped == [key], (f"recipe/warm_starts/ holds {shipped}, the base recipe's warm start is {key}: "
+                              "run scripts/ship_warm_start.py and commit the result")
+    assert warm_start_dir(cfg.model, cfg.warm_start, cfg.task) == SHIPPED_DIR / key
+    info = json.loads((SHIPPED_DIR / key / "warm_start.json").read_text())
+    assert info["key"] == key and info["steps"] == cfg.warm_start.steps
+    model, tokenizer = load_model_dir(SHIPPED_DIR / key)
+    assert (model.config.hidden_size, model.config.num_hidden_layers) == (cfg.model.hidden_size, cfg.model.num_layers)
+    assert len(tokenizer) == model.config.vocab_size
