@@ -13,7 +13,7 @@ machine noise hits all three alike:
  (c) TRL: `.venv-trl/bin/python ../shared/peers/trl_grpo_bench.py --threads 2 --warmup W --steps N`
      (see ../shared/peers/README.md; skipped with --no-trl).
 (a) and (b) run the ScaleRL recipe with off_policy=ppo_off_policy (synchronous; default k=8), 32
-prompts x 8 samples, seed 0, 2 torch threads (OMP_NUM_THREADS=2), the cached embedded warm start
+prompts x 8 samples, seed 0, 2 torch threads (OMP_NUM_THREADS=2), this machine's cached warm start
 (both trees must resolve the same warm-start directory; the child refuses to build one), MLflow off,
 a temporary run dir. The child replays recipe.engines.native's loop body without evaluation or
 checkpoints, with the tree's own APIs (Run, sample_groups, assemble_minibatch, train_on): per round
@@ -43,6 +43,7 @@ both trees (they must be valid in both, e.g. off_policy.k=1). Progress goes to s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -107,7 +108,14 @@ def run_child(args) -> int:
     from recipe.warm_start import cache_root, warm_start_key
 
     total = args.warmup + args.steps
-    cfg = load_recipe(None, [*BASE_OVERRIDES, *args.overrides, f"max_steps={total}", "tracking.mlflow=false"])
+    from recipe.run_config import WarmStartConfig
+
+    # Trees that ship a warm start would use it, older ones this machine's cached build: both use the
+    # cached build, so old and new start from the same weights on any machine.
+    own_build = (["warm_start.use_shipped=false"]
+                 if "use_shipped" in {f.name for f in dataclasses.fields(WarmStartConfig)} else [])
+    cfg = load_recipe(None, [*BASE_OVERRIDES, *args.overrides, *own_build, f"max_steps={total}",
+                             "tracking.mlflow=false"])
     model_dir = Path(cfg.model.path)
     if cfg.model.path == "embedded":
         # Both trees must start from the same cached warm start; never build one inside a timing run.
