@@ -11,7 +11,6 @@ the previously shipped warm start; its warm_start.json records where and with wh
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import platform
 import shutil
@@ -39,8 +38,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         staging = Path(tmp) / key
         print(f"building warm start {key} ({cfg.warm_start.steps} steps)", file=sys.stderr, flush=True)
-        build_warm_start(cfg.model, dataclasses.replace(cfg.warm_start, use_shipped=False), cfg.task, staging,
-                         log_every=100)
+        build_warm_start(cfg.model, cfg.warm_start, cfg.task, staging, log_every=100)
         info = json.loads((staging / "warm_start.json").read_text())
         info.update({"key": key, "built_on": cpu_model(), "machine": platform.machine(),
                      "torch": torch.__version__, "transformers": transformers.__version__,
