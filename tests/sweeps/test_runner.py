@@ -168,7 +168,9 @@ TRL_JOB_OVERRIDES = TINY_JOB_OVERRIDES + """\
 
 def test_a_trl_sweep_runs_end_to_end_and_resumes_after_kill_9_of_driver_and_jobs(tmp_path):
     spec = tmp_path / "spec.yaml"
-    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=80, target=160, extra="",
+    # 40 steps a job (640 samples): far from done at its third evaluation point, where the kill lands
+    # (at 10 steps a job had 6 steps, about a second, left between the poll and the kill).
+    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=320, target=640, extra="",
                                 overrides=TRL_JOB_OVERRIDES))
     out = tmp_path / "out"
     driver = start_driver_until(spec, out, lambda lines: lines and max(lines) >= 3)

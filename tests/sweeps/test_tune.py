@@ -126,34 +126,43 @@ def test_a_study_completes_reports_its_best_and_a_rerun_repeats_nothing(tmp_path
 
 
 def test_a_killed_driver_resumes_its_running_trial_in_place(tmp_path, tiny_model_dir):
-    spec = write_spec(tmp_path, tiny_model_dir)
+    # Trial 1 runs 160 steps (G = 2, 8 samples a step) and checkpoints every 2: seconds between its
+    # first checkpoint and its end on any machine. (At the shared budget, 160 samples, a random G = 6
+    # trial ran 7 steps, 0.18 s from first checkpoint to done.json: a CI machine's poll missed it.)
+    start_with = [{"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 4},
+                  {"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 2}]
+    spec = write_spec(tmp_path, tiny_model_dir, trials=2, start_with=start_with,
+                      budget={"unit": "samples", "fit_at": 1280, "target": 2560})
     out = tmp_path / "out"
     command = [sys.executable, "-m", "sweeps.cli", "tune", str(spec)]
-    driver = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+    log = tmp_path / "driver.log"
+    with log.open("w") as sink:
+        driver = subprocess.Popen(command, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     # Kill the driver (and its job) once trial 1 has a checkpoint but has not finished.
     deadline = time.time() + 300
-    while time.time() < deadline:
+    while time.time() < deadline and driver.poll() is None:
         record = out / "trials" / "1.json"
         if record.exists():
             run_dir = out / "runs" / json.loads(record.read_text())["run_id"]
             if (run_dir / "checkpoint.pt").exists() and not (run_dir / "done.json").exists():
                 break
-        time.sleep(0.2)
+        time.sleep(0.05)
     else:
-        pytest.fail("trial 1 never checkpointed")
+        driver.kill()
+        pytest.fail(f"trial 1 never seen with a checkpoint and unfinished; driver exit {driver.wait()}, "
+                    f"its output ends: {log.read_text()[-2000:]}")
     os.killpg(driver.pid, signal.SIGKILL)
     driver.wait()
     assert [trial.state.name for trial in load_study(out).get_trials()] == ["COMPLETE", "RUNNING"]
     assert main(["tune", str(spec)]) == 0
     trials = load_study(out).get_trials()
-    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 3
+    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 2
     # trial 1 kept its number and parameters and finished in its own run directory: its curve has
     # every evaluation once (resumed from the checkpoint, not restarted and not duplicated)
     record = json.loads((out / "trials" / "1.json").read_text())
     steps = eval_steps(out / "runs" / record["run_id"])
-    assert steps == list(range(0, steps[-1] + 1, 2))
-    assert len(list((out / "runs").iterdir())) == 3
+    assert steps == list(range(0, steps[-1] + 1, 2)) and steps[-1] == 160
+    assert len(list((out / "runs").iterdir())) == 2
 
 
 class PruneAfterBest(Pruner):
