@@ -91,7 +91,8 @@ def compare_loo(fits: Mapping[str, FitResult], base: str, *, margin: float = DEF
         name: {"A": _half_width(boot[name].a_ci) / 1.96, "pred_at_target": _half_width(boot[name].prediction_ci) / 1.96}
         for name in fits if len(seed_fits.get(name, {})) == 1}
     verdicts = seed_verdicts({name: seed_fits[name] for name in fits if seed_fits.get(name)}, base,
-                             fit_at=fit_at, target=target, within_run_sd=noise, level=level)
+                             fit_at=fit_at, target=target, within_run_sd=noise, level=level,
+                             a_interval_at_bound={name for name, b in boot.items() if "a_ci_at_bound" in b.flags})
     movers = {name for name, v in verdicts.items() if v.verdict == CEILING_MOVER}
     if fixed_a is None:
         fixed_a = float(np.mean([fit.a for name, fit in fits.items() if name not in movers]))

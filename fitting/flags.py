@@ -17,6 +17,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "flat_curve": "pass rate rises less than 0.01 across the window (trend line): B and C_mid undetermined",
     "no_observation_at_target": "no evaluation point near the target compute, so the prediction is unscored",
     "c_mid_ci_beyond_window": "bootstrap C_mid interval reaches beyond the fit window: A may be poorly determined",
+    "a_ci_at_bound": "bootstrap A interval reaches A's bound (1, R0, or the paper grid's edge): the data cannot "
+                     "tell the ceiling from the bound, so no ceiling claim",
 }
 
 POINTS_PER_PARAMETER = 3
@@ -24,7 +26,8 @@ FLAT_RISE = 0.01  # half the 0.02 margin on A: a window with less growth cannot 
 _REL_TOL = 1e-4
 
 
-def _at(value: float, bound: float) -> bool:
+def at_bound(value: float, bound: float) -> bool:
+    """value equals bound up to a relative 1e-4 (a solver stops at a bound within its tolerance)."""
     return abs(value - bound) <= _REL_TOL * max(abs(bound), 1e-12)
 
 
@@ -46,11 +49,11 @@ def trust_flags(*, compute: np.ndarray, pass_rate: np.ndarray, a: float, b: floa
         flags.add("too_few_points")
     if max(c_mid, c_mid_upper) > compute[-1]:
         flags.add("window_ends_before_c_mid")
-    if any(_at(b, bound) for bound in b_bounds):
+    if any(at_bound(b, bound) for bound in b_bounds):
         flags.add("b_at_bound")
-    if any(_at(c_mid, bound) for bound in c_mid_bounds):
+    if any(at_bound(c_mid, bound) for bound in c_mid_bounds):
         flags.add("c_mid_at_bound")
-    if a_free and any(_at(a, bound) for bound in a_bounds):
+    if a_free and any(at_bound(a, bound) for bound in a_bounds):
         flags.add("a_at_bound")
     if compute.size > 1:
         # rise of the least-squares line of R on ln C between the first and last window point

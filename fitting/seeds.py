@@ -25,7 +25,7 @@ a lower bound from the within-run bootstrap alone (z quantiles), marked as such.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -216,7 +216,7 @@ def _reach_key(fraction: float) -> str:
 
 def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, fit_at: float, target: float,
                   within_run_sd: Mapping[str, Mapping[str, float]] | None = None, level: float = LEVEL,
-                  power: float = POWER) -> dict[str, SeedVerdict]:
+                  power: float = POWER, a_interval_at_bound: Collection[str] = ()) -> dict[str, SeedVerdict]:
     """Verdict of every variant against the base from per-seed fits (seed_fits[variant][seed] = FitResult).
 
     Effects (paired over seeds, pooled run-to-run sd, see the module docstring):
@@ -233,12 +233,18 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
     Verdict, in this order:
       no verdict            fewer than 2 paired seeds, or no run-to-run variance in the sweep (df = 0);
       ceiling mover         the A interval excludes 0 and A is identifiable in every seed of both runs
-                            (not at a bound, window past C_mid); an unidentifiable A makes no claim;
+                            (not at a bound, window past C_mid) and in the seed-mean fit of both (its
+                            bootstrap A interval does not reach a bound: names in a_interval_at_bound);
+                            an unidentifiable A makes no claim;
       efficiency shaper     a reach interval excludes 0: "faster" (less compute) or "slower"; both
                             levels significant in opposite directions: "mixed". A variant below the base
                             everywhere in the window needs more compute to every level: never "faster";
       no detectable effect  otherwise, with the MDE of A and of the pass rate at the target.
     within_run_sd[variant]["A" / "pred_at_target"]: bootstrap sd of a one-seed fit, for the one-seed MDE.
+    a_interval_at_bound: runs whose seed-mean fit has a bootstrap A interval reaching A's bound. Why:
+    a seed's A of 0.988 under the bound 1 is "not at a bound", yet when the curve's own draws reach 1
+    the window cannot place the ceiling; the embedded demo then read length_penalty "ceiling mover"
+    in two runs and "faster" in a third, as its A landed just under or on the bound.
     """
     if base not in seed_fits or not seed_fits[base]:
         raise FitInputError(f"base {base!r} has no fitted seeds")
@@ -271,16 +277,20 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
             for name, effect in paired_effects(by_variant, base, quantity, within_run_sd=sd, level=level,
                                                power=power).items():
                 effects.setdefault(name, {})[quantity] = effect
-    base_identifiable = all(ceiling_identifiable(f) for f in base_fits.values())
+    unpinned = set(a_interval_at_bound)
+    base_identifiable = base not in unpinned and all(ceiling_identifiable(f) for f in base_fits.values())
     verdicts = {base: SeedVerdict(BASE_VERDICT, None, "the reference", {}, base_identifiable,
                                   max(budget_for_ceiling(f) for f in base_fits.values()))}
     for name, by_seed in seed_fits.items():
         if name == base:
             continue
         found = effects.get(name, {})
-        identifiable = base_identifiable and all(ceiling_identifiable(f) for f in by_seed.values())
+        identifiable = (base_identifiable and name not in unpinned
+                        and all(ceiling_identifiable(f) for f in by_seed.values()))
         budget = max(budget_for_ceiling(f) for f in [*by_seed.values(), *base_fits.values()])
-        verdicts[name] = _verdict(found, identifiable, budget)
+        pinned_note = ("its A interval reaches a bound" if name in unpinned
+                       else "the base's A interval reaches a bound" if base in unpinned else None)
+        verdicts[name] = _verdict(found, identifiable, budget, pinned_note)
     return verdicts
 
 
@@ -297,7 +307,8 @@ def ratio_text(log_ratio: float) -> str:
     return f"x{math.exp(log_ratio):.2f}"
 
 
-def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float) -> SeedVerdict:
+def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float,
+             pinned_note: str | None = None) -> SeedVerdict:
     a, pred = effects.get("A"), effects.get("pred_at_target")
     mde = f"MDE: A {_fmt_mde(a)}, pass rate at target {_fmt_mde(pred)}"
     n = a.n_seeds if a is not None else 0
@@ -311,7 +322,8 @@ def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float
             return SeedVerdict(CEILING_MOVER, direction,
                                f"A {a.estimate:+.3f} [{a.low:+.3f}, {a.high:+.3f}] over {n} seeds", effects,
                                identifiable, budget)
-        ceiling_note = f"; A looks {direction} but is not identifiable (needs fit_at >= {budget:.3g})"
+        why = pinned_note or f"needs fit_at >= {budget:.3g}"
+        ceiling_note = f"; A looks {direction} but is not identifiable ({why})"
     reach = [effects[k] for k in (_reach_key(f) for f in REACH_LEVELS) if k in effects and effects[k].significant]
     if reach:
         signs = {effect.estimate > 0 for effect in reach}

@@ -10,6 +10,7 @@ import numpy as np
 
 from fitting.curve import sigmoid_curve
 from fitting.fit import FitResult
+from fitting.flags import at_bound
 from fitting.validate import FitInputError
 
 PARAMETERS = ("a", "b", "c_mid")
@@ -29,7 +30,7 @@ class BootstrapResult:
     c_mid_ci: tuple[float, float]
     target: float | None
     prediction_ci: tuple[float, float] | None
-    flags: tuple[str, ...]  # the fit's flags, plus c_mid_ci_beyond_window
+    flags: tuple[str, ...]  # the fit's flags, plus c_mid_ci_beyond_window and a_ci_at_bound
     samples: np.ndarray = field(repr=False, compare=False)  # (draws, 4): a, b, c_mid, r0
     predictions: np.ndarray | None = field(repr=False, compare=False)
 
@@ -97,11 +98,16 @@ def bootstrap_fit(fit: FitResult, *, n_boot: int = 1000, target: float | None = 
     if target is not None:
         predictions = sigmoid_curve(target, samples[:, 0], samples[:, 1], samples[:, 2], samples[:, 3])
     c_mid_ci = interval(samples[:, 2])
+    a_ci = interval(samples[:, 0])
     flags = fit.flags
     if c_mid_ci[1] > fit.window[1] and "c_mid_ci_beyond_window" not in flags:
         flags = flags + ("c_mid_ci_beyond_window",)
+    # A point estimate just inside its bound (0.988 with the bound 1) passes the fit's a_at_bound flag,
+    # yet draws that reach the bound say the window cannot place the ceiling below it.
+    if fit.settings.a is None and any(at_bound(end, bound) for end, bound in zip(a_ci, fit.settings.a_bounds(fit.r0))):
+        flags = flags + ("a_ci_at_bound",)
     return BootstrapResult(fit=fit, level=level, n_boot=n_boot, n_failed=failed, block_length=block_length,
-                           a_ci=interval(samples[:, 0]), b_ci=interval(samples[:, 1]), c_mid_ci=c_mid_ci,
+                           a_ci=a_ci, b_ci=interval(samples[:, 1]), c_mid_ci=c_mid_ci,
                            target=target, prediction_ci=interval(predictions) if predictions is not None else None,
                            flags=flags, samples=samples, predictions=predictions)
 

@@ -80,8 +80,9 @@ def _title_page(fits):
         "               >= 2 seeds the prediction interval adds run-to-run variance (t over seeds).",
         "Verdicts       paired over seeds (variant - base of the same seed, each seed's own fit; t-intervals at",
         "               the table-wide level): ceiling mover = the dA interval excludes 0 and every seed's A is",
-        "               identifiable; efficiency shaper = the compute to reach 50% or 90% of the base's gain",
-        "               differs; else no detectable effect; one seed: no verdict. Details: the 'How sure' page.",
+        "               identifiable (no seed-mean A interval at its bound either); efficiency shaper = the",
+        "               compute to reach 50% or 90% of the base's gain differs; else no detectable effect; one",
+        "               seed: no verdict. Details: the 'How sure' page.",
     ]
     with plt.rc_context(figures.STYLE):
         fig = plt.figure(figsize=figures.PAGE)

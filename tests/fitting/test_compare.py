@@ -74,3 +74,22 @@ def test_ceiling_mover_has_undefined_log_f_points_at_a_lower_common_a(comparison
 def test_unknown_base_is_rejected():
     with pytest.raises(FitInputError, match=r"base 'scalerl' is not among the fits; got 'a'"):
         compare_loo({"a": fitted(*BASE, seed=1)}, base="scalerl", n_boot=10)
+
+
+def test_a_ceiling_whose_interval_reaches_the_bound_makes_no_ceiling_claim():
+    # A variant at A = 0.97 fitted to 4000 (1.6 x C_mid): each seed's A lands just under 1 (not at its
+    # bound) but the bootstrap draws of the seed-mean curve reach 1: the window cannot place the
+    # ceiling below the bound, so the clear gain is claimed as speed, not as a higher A.
+    def early(a, seed):
+        pass_rate = sigmoid_curve(COMPUTE, a, 1.92, 2542.0, 0.3) + np.random.default_rng(seed).normal(0, 0.01, COMPUTE.size)
+        return fit_sigmoid(COMPUTE, pass_rate, r0=0.3, burn_in=0, fit_until=4000)
+
+    seed_fits = {"base": {s: early(0.61, 12 + s) for s in range(3)}, "high": {s: early(0.97, s) for s in range(3)}}
+    assert all(not fit.flags for by_seed in seed_fits.values() for fit in by_seed.values())  # every seed identifiable
+    fits = {name: by_seed[1] for name, by_seed in seed_fits.items()}
+    comparison = compare_loo(fits, base="base", n_boot=150, seed=0, seed_fits=seed_fits, fit_at=4000, target=8000)
+    high = comparison.variants["high"]
+    assert high.a_ci[1] == pytest.approx(1.0) and high.fit.a < 0.999
+    assert high.effects["A"].significant and high.effects["A"].estimate > 0.2
+    assert not high.ceiling_identifiable and high.verdict != "ceiling mover"
+    assert "A looks higher but is not identifiable (its A interval reaches a bound)" in high.reason

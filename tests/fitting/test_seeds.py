@@ -127,6 +127,18 @@ def test_an_unidentifiable_ceiling_makes_no_ceiling_claim():
     assert verdicts["higher"].ceiling_budget > 3 * 2542 * 0.9
 
 
+def test_an_a_interval_at_its_bound_withholds_the_ceiling_claim(three_seeds):
+    # the variant's or the base's seed-mean A interval reaching a bound (compare_loo reads it from the
+    # bootstrap): the same clear dA makes no ceiling claim and says why
+    fits, verdicts = three_seeds
+    assert verdicts["higher-ceiling"].verdict == "ceiling mover"
+    for unpinned, why in (({"higher-ceiling"}, "its A interval reaches a bound"),
+                          ({"base"}, "the base's A interval reaches a bound")):
+        verdict = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET, a_interval_at_bound=unpinned)["higher-ceiling"]
+        assert verdict.verdict != "ceiling mover" and not verdict.ceiling_identifiable
+        assert f"A looks higher but is not identifiable ({why})" in verdict.reason
+
+
 def test_held_out_interval():
     low, high = held_out_interval([0.80, 0.82], observed_sd=0.02, prediction_sd=0.01, df=10)
     from scipy import stats

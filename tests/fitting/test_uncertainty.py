@@ -56,6 +56,17 @@ def test_bootstrap_flags_a_c_mid_interval_beyond_the_window():
     assert boot.c_mid_ci[1] > 8000 and "c_mid_ci_beyond_window" in boot.flags
 
 
+def test_bootstrap_flags_an_a_interval_that_reaches_its_bound():
+    # A = 0.97 seen to 4000 (1.6 x C_mid): the fit's A (0.977) is inside its bound 1 and unflagged,
+    # but its bootstrap draws reach 1; a well-determined A (the ScaleRL row fitted to 8000) is not flagged
+    near = fit_sigmoid(COMPUTE, noisy(seed=1, a=0.97), r0=0.3, burn_in=0, fit_until=4000)
+    boot = bootstrap_fit(near, n_boot=100, seed=0)
+    assert near.a < 0.99 and "a_at_bound" not in near.flags
+    assert boot.a_ci[1] == pytest.approx(1.0) and "a_ci_at_bound" in boot.flags
+    clear = bootstrap_fit(fit_sigmoid(COMPUTE, noisy(seed=1), r0=0.3, burn_in=1500, fit_until=8000), n_boot=100, seed=0)
+    assert "a_ci_at_bound" not in clear.flags
+
+
 def test_paper_method_bootstrap_stays_on_the_grid():
     fit = fit_sigmoid(COMPUTE, noisy(seed=1), r0=0.3, burn_in=1500, fit_until=8000, method="paper")
     boot = bootstrap_fit(fit, n_boot=50, seed=0)
