@@ -472,9 +472,9 @@ def evidence_note(table: pd.DataFrame) -> str:
         "MDE: the smallest true difference the sweep detects 80% of the time at that "
         "level; >= marks a lower bound from one seed's within-run noise (no run-to-run variance measured). Verdicts: "
         "ceiling mover = the dA interval excludes 0 and every seed's A is identifiable (not at a bound, window past "
-        "C_mid; nor may the variant's or the base's seed-mean A interval reach its bound); efficiency shaper = the compute to reach 50% or 90% of the base's gain by fit_at differs (faster: "
-        "less compute; slower: more; mixed: one each); no detectable effect = neither, at the MDE shown; no verdict "
-        "= fewer than 2 seeds.")
+        "C_mid; nor may the variant's or the base's seed-mean A interval reach its bound); efficiency shaper = the "
+        "compute to reach 50% or 90% of the base's gain by fit_at differs (faster: less compute; slower: more; "
+        "mixed: one each); no detectable effect = neither, at the MDE shown; no verdict = fewer than 2 seeds.")
 
 
 def low_truncation_text(share) -> str:

@@ -81,7 +81,8 @@ def test_a_ceiling_whose_interval_reaches_the_bound_makes_no_ceiling_claim():
     # bound) but the bootstrap draws of the seed-mean curve reach 1: the window cannot place the
     # ceiling below the bound, so the clear gain is claimed as speed, not as a higher A.
     def early(a, seed):
-        pass_rate = sigmoid_curve(COMPUTE, a, 1.92, 2542.0, 0.3) + np.random.default_rng(seed).normal(0, 0.01, COMPUTE.size)
+        noise = np.random.default_rng(seed).normal(0, 0.01, COMPUTE.size)
+        pass_rate = sigmoid_curve(COMPUTE, a, 1.92, 2542.0, 0.3) + noise
         return fit_sigmoid(COMPUTE, pass_rate, r0=0.3, burn_in=0, fit_until=4000)
 
     seed_fits = {"base": {s: early(0.61, 12 + s) for s in range(3)}, "high": {s: early(0.97, s) for s in range(3)}}

@@ -134,7 +134,8 @@ def test_an_a_interval_at_its_bound_withholds_the_ceiling_claim(three_seeds):
     assert verdicts["higher-ceiling"].verdict == "ceiling mover"
     for unpinned, why in (({"higher-ceiling"}, "its A interval reaches a bound"),
                           ({"base"}, "the base's A interval reaches a bound")):
-        verdict = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET, a_interval_at_bound=unpinned)["higher-ceiling"]
+        verdict = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET,
+                                a_interval_at_bound=unpinned)["higher-ceiling"]
         assert verdict.verdict != "ceiling mover" and not verdict.ceiling_identifiable
         assert f"A looks higher but is not identifiable ({why})" in verdict.reason
 

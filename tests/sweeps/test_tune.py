@@ -129,9 +129,10 @@ def test_a_killed_driver_resumes_its_running_trial_in_place(tmp_path, tiny_model
     # Trial 1 runs 160 steps (G = 2, 8 samples a step) and checkpoints every 2: seconds between its
     # first checkpoint and its end on any machine. (At the shared budget, 160 samples, a random G = 6
     # trial ran 7 steps, 0.18 s from first checkpoint to done.json: a CI machine's poll missed it.)
+    # Trial 2 is the sampler's: the resumed driver goes on to ask for it.
     start_with = [{"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 4},
                   {"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 2}]
-    spec = write_spec(tmp_path, tiny_model_dir, trials=2, start_with=start_with,
+    spec = write_spec(tmp_path, tiny_model_dir, start_with=start_with,
                       budget={"unit": "samples", "fit_at": 1280, "target": 2560})
     out = tmp_path / "out"
     command = [sys.executable, "-m", "sweeps.cli", "tune", str(spec)]
@@ -156,13 +157,13 @@ def test_a_killed_driver_resumes_its_running_trial_in_place(tmp_path, tiny_model
     assert [trial.state.name for trial in load_study(out).get_trials()] == ["COMPLETE", "RUNNING"]
     assert main(["tune", str(spec)]) == 0
     trials = load_study(out).get_trials()
-    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 2
+    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 3
     # trial 1 kept its number and parameters and finished in its own run directory: its curve has
     # every evaluation once (resumed from the checkpoint, not restarted and not duplicated)
     record = json.loads((out / "trials" / "1.json").read_text())
     steps = eval_steps(out / "runs" / record["run_id"])
     assert steps == list(range(0, steps[-1] + 1, 2)) and steps[-1] == 160
-    assert len(list((out / "runs").iterdir())) == 2
+    assert len(list((out / "runs").iterdir())) == 3
 
 
 class PruneAfterBest(Pruner):
