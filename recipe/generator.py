@@ -26,6 +26,7 @@ it was sampled with.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,6 +34,8 @@ import numpy as np
 import torch
 
 from recipe.model import lm_parts
+from recipe.prefix_attention import NAME as PREFIX_ATTENTION
+from recipe.prefix_attention import SharedPrefixCache, supports_shared_prefix
 from recipe.tasks import THINK_CLOSE
 
 
@@ -90,11 +93,25 @@ def inverse_cdf_sample(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tenso
 COMPACT_FRACTION = 0.125
 
 
+@contextlib.contextmanager
+def attention_implementation(model, name: str | None):
+    """Run the model with attention implementation `name` (None: as it is), then restore its own."""
+    own = model.config._attn_implementation
+    if name is None or name == own:
+        yield
+        return
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(own)
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], *, precision, length_control, max_new_tokens: int,
              temperature: float = 1.0, greedy: bool | torch.Tensor = False, torch_rng: torch.Generator | None = None,
              numpy_rng: np.random.Generator | None = None, policy_version: int = 0,
-             on_decode_step: Callable[[], int] | None = None) -> Rollout:
+             on_decode_step: Callable[[], int] | None = None, shared_prefix_decoding: bool = True) -> Rollout:
     """Sample one response per prompt (repeat prompts for G samples). Runs on the model's device.
 
     greedy: True takes the argmax token everywhere; a (B,) bool tensor takes it on its True rows
@@ -151,7 +168,13 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         out = parts.body(input_ids=distinct_ids, attention_mask=distinct_mask,
                          position_ids=positions_from_mask(distinct_mask), past_key_values=cache, use_cache=True)
     hidden = out.last_hidden_state[:, -1][row_prompt]
-    if len(distinct) < B:
+    # Decode steps: the prompts' keys and values stay once per distinct prompt (SharedPrefix) and the
+    # cache holds responses only; or, for a model outside transformers' attention interface, the
+    # prompt cache is gathered to the B rows.
+    shared_prefix = None
+    if shared_prefix_decoding and supports_shared_prefix(model):
+        shared_prefix = SharedPrefixCache(cache, distinct_mask, row_prompt)
+    elif len(distinct) < B:
         cache.batch_select_indices(row_prompt)
     next_position = positions_from_mask(attention_mask)[:, -1] + 1
     # Rows still in the model's batch (A of them): finished rows leave it once they are a
@@ -208,13 +231,22 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
         still = ~finished[active]
         if int((~still).sum()) >= COMPACT_FRACTION * len(active):
-            cache.batch_select_indices(still.nonzero().squeeze(-1))
+            keep = still.nonzero().squeeze(-1)
+            if shared_prefix is None:
+                cache.batch_select_indices(keep)
+            else:
+                shared_prefix.select(keep)
             active = active[still]
         if on_decode_step is not None:
             version = on_decode_step()  # new weights apply from this forward pass on
         with parts.autocast():
-            out = parts.body(input_ids=token[active, None], attention_mask=attention_mask[active],
-                             position_ids=next_position[active, None], past_key_values=cache, use_cache=True)
+            if shared_prefix is None:
+                out = parts.body(input_ids=token[active, None], attention_mask=attention_mask[active],
+                                 position_ids=next_position[active, None], past_key_values=cache, use_cache=True)
+            else:  # no mask: a decode row attends to all of its keys
+                with attention_implementation(model, PREFIX_ATTENTION):
+                    out = parts.body(input_ids=token[active, None], position_ids=next_position[active, None],
+                                     use_cache=False, shared_prefix=shared_prefix)
         hidden = out.last_hidden_state[:, -1]
         next_position = next_position + 1
     truncated |= ~finished

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from recipe.generator import Rollout, positions_from_mask
+from recipe.generator import Rollout, attention_implementation, positions_from_mask
 from recipe.model import lm_parts
+from recipe.prefix_attention import NAME as PREFIX_ATTENTION
+from recipe.prefix_attention import SharedPrefixCache, supports_shared_prefix
 
 
 def shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int):
@@ -23,6 +25,15 @@ def shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt
     """
     prompt_ids, prompt_mask = input_ids[:, :prompt_width], attention_mask[:, :prompt_width]
     unique, row_prompt = torch.unique(torch.cat([prompt_ids, prompt_mask], dim=1), dim=0, return_inverse=True)
+    # torch.unique sorts; number the prompts by first appearance instead, so that a batch of G samples
+    # of each prompt in order has row_prompt = row // G (the layout SharedPrefixCache reshapes).
+    rows = torch.arange(len(row_prompt), device=row_prompt.device)
+    first_row = torch.full((len(unique),), len(row_prompt), device=row_prompt.device).scatter_reduce(
+        0, row_prompt, rows, reduce="amin")
+    order = torch.argsort(first_row)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=order.device)
+    unique, row_prompt = unique[order], rank[row_prompt]
     return unique[:, :prompt_width], unique[:, prompt_width:], row_prompt
 
 
@@ -49,7 +60,16 @@ def response_hidden_states(model, input_ids, attention_mask, prompt_width: int) 
     T = input_ids.shape[1] - prompt_width
     if T == 1:
         return first
-    if not torch.equal(row_prompt, torch.arange(len(row_prompt), device=row_prompt.device)):  # unique sorts
+    if supports_shared_prefix(model):
+        # The prompts' keys and values stay once per prompt (recipe.prefix_attention); the response
+        # attends to them and, causally, to itself. Right padding needs no mask: a padded key is only
+        # seen by later (padded) positions, which no loss reads.
+        shared = SharedPrefixCache(cache, prompt_mask, row_prompt)
+        with parts.autocast(), attention_implementation(model, PREFIX_ATTENTION):
+            rest = parts.body(input_ids=input_ids[:, prompt_width:-1], position_ids=positions[:, prompt_width:-1],
+                              use_cache=False, shared_prefix=shared).last_hidden_state  # (B, T - 1, D)
+        return torch.cat([first, rest], dim=1)
+    if not torch.equal(row_prompt, torch.arange(len(row_prompt), device=row_prompt.device)):
         cache.batch_select_indices(row_prompt)
     with parts.autocast():
         rest = parts.body(input_ids=input_ids[:, prompt_width:-1], attention_mask=attention_mask[:, :-1],

@@ -209,3 +209,98 @@ def test_a_rows_draws_do_not_depend_on_which_rows_are_still_decoding(model_and_t
     compacted = sample(model, tokenizer, precision, seed=3)
     assert kept.lengths.min() < kept.lengths.max()  # rows did finish at different steps
     assert torch.equal(kept.input_ids, compacted.input_ids)
+
+
+@pytest.mark.parametrize("compact_fraction", [2.0, 0.01])  # never drop finished rows; drop them at every step
+def test_shared_prefix_decoding_samples_what_per_row_caches_sample(model_and_tokenizer, monkeypatch,
+                                                                   compact_fraction):
+    # The prompt's keys and values kept once per prompt (recipe.prefix_attention) compute the same
+    # attention as a cache row per sample: same tokens, logprobs within fp32 round-off, and still
+    # equal to the trainer's recompute. PROMPTS interleaves the samples of a prompt (rows p0 p1 p2 p3
+    # p0 ...) and pads prompts of different lengths on the left.
+    import recipe.generator
+
+    model, tokenizer = model_and_tokenizer
+    monkeypatch.setattr(recipe.generator, "COMPACT_FRACTION", compact_fraction)
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    interruption = REGISTRIES["length_control"].build(
+        {"name": "interruption", "min_thinking": 2, "max_thinking": 5, "answer_budget": 3})
+    per_row = sample(model, tokenizer, precision, interruption, seed=5, shared_prefix_decoding=False)
+    shared = sample(model, tokenizer, precision, interruption, seed=5)
+    assert per_row.lengths.min() < per_row.lengths.max()
+    assert torch.equal(shared.input_ids, per_row.input_ids)
+    assert torch.equal(shared.loss_mask, per_row.loss_mask)
+    assert (shared.old_logprobs - per_row.old_logprobs).abs().max() < 1e-5
+    gap = (recompute(model, precision, shared) - shared.old_logprobs)[shared.loss_mask].abs().max()
+    assert gap < 1e-5
+
+
+def tiny_hf_model(kind: str, tokenizer, **extra):
+    """A randomly initialised small model of a transformers architecture, 4 query heads on 2 key/value heads."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{kind}Config")(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id, **extra)
+    return getattr(transformers, f"{kind}ForCausalLM")(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["Llama", "Qwen2", "Qwen3"])  # grouped-query heads; Qwen3 normalises q and k
+def test_shared_prefix_attention_gives_the_models_own_logprobs_and_gradients(kind):
+    import copy
+
+    from recipe.model import build_tokenizer
+    from recipe.prefix_attention import supports_shared_prefix
+    from recipe.trainer import sequence_logprobs
+
+    tokenizer = build_tokenizer()
+    model = tiny_hf_model(kind, tokenizer)
+    assert supports_shared_prefix(model)
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    per_row = sample(model, tokenizer, precision, seed=1, shared_prefix_decoding=False)
+    shared = sample(model, tokenizer, precision, seed=1)
+    assert torch.equal(shared.input_ids, per_row.input_ids)
+    assert (shared.old_logprobs - per_row.old_logprobs).abs().max() < 1e-5
+    # The trainer's response forward through the shared prefix against the model's own attention
+    # over every full row, in float64 (values and gradients).
+    reference = copy.deepcopy(model).double()
+    logits = reference(input_ids=shared.input_ids, attention_mask=shared.attention_mask,
+                       position_ids=(shared.attention_mask.cumsum(-1) - 1).clamp_min(0)).logits
+    P = shared.prompt_width
+    exact = logits[:, P - 1:-1].log_softmax(-1).gather(-1, shared.input_ids[:, P:, None]).squeeze(-1)
+    logprobs, _ = sequence_logprobs(model, precision, shared.input_ids, shared.attention_mask, P)
+    mask = shared.loss_mask
+    assert float((logprobs.double() - exact).detach()[mask].abs().max()) < 1e-5
+    weights = torch.linspace(-1, 1, mask.numel()).view_as(mask) * mask
+    (weights.double() * exact).sum().backward()
+    (weights * logprobs).sum().backward()
+    for ours, theirs in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(ours.grad.double(), theirs.grad, atol=1e-5 * float(theirs.grad.abs().max()) + 1e-9,
+                                   rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind, extra", [("Qwen2", {"use_sliding_window": True, "sliding_window": 8}),
+                                         ("Mistral", {"sliding_window": 8}), ("Gemma2", {})])
+def test_models_whose_attention_is_not_full_causal_keep_their_own(kind, extra):
+    from recipe.model import build_tokenizer
+    from recipe.prefix_attention import supports_shared_prefix
+
+    assert not supports_shared_prefix(tiny_hf_model(kind, build_tokenizer(), **extra))
+
+
+def test_a_model_outside_the_attention_interface_decodes_with_per_row_caches(model_and_tokenizer, monkeypatch):
+    from recipe.prefix_attention import SharedPrefixCache
+
+    model, tokenizer = model_and_tokenizer
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    appended = []
+    original = SharedPrefixCache.append
+    monkeypatch.setattr(SharedPrefixCache, "append", lambda self, *args: appended.append(1) or original(self, *args))
+    sample(model, tokenizer, precision)
+    assert appended  # the shared-prefix attention ran
+    appended.clear()
+    monkeypatch.setattr(type(model), "_supports_attention_backend", False)
+    fallback = sample(model, tokenizer, precision)
+    assert not appended and model.config._attn_implementation == "sdpa"
+    assert torch.equal(fallback.input_ids, sample(model, tokenizer, precision, shared_prefix_decoding=False).input_ids)

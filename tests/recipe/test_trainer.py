@@ -143,16 +143,17 @@ def test_shared_prompt_prefix_gives_the_full_row_logprobs_and_gradients(tiny_mod
     # the generator shares its prefill too
     assert float((rollout.old_logprobs.double() - reference).detach()[mask].abs().max()) < 1e-5
 
-    weights = torch.linspace(-1, 1, mask.numel()).view_as(mask) * mask  # an arbitrary loss over sampled tokens
-    gradients = []
-    for logprobs in (lambda: full_row_logprobs(model, rollout),
-                     lambda: sequence_logprobs(model, precision, rollout.input_ids, rollout.attention_mask,
-                                               rollout.prompt_width)[0]):
-        model.zero_grad()
-        (weights * logprobs()).sum().backward()
-        gradients.append([p.grad.clone() for p in model.parameters()])
-    for g_reference, g_shared in zip(*gradients):
-        torch.testing.assert_close(g_shared, g_reference, atol=1e-5 * float(g_reference.abs().max()) + 1e-9, rtol=1e-4)
+    # Gradients of an arbitrary loss over sampled tokens, against the float64 full-row gradient for the
+    # same reason: measured in units of this tolerance, the shared-prefix fp32 gradient is 0.22-0.26 from
+    # the exact one, a plain fp32 full-row gradient up to 1.19 (so two fp32 paths cannot be compared).
+    weights = torch.linspace(-1, 1, mask.numel()).view_as(mask) * mask
+    exact_model = copy.deepcopy(model).double()
+    (weights.double() * full_row_logprobs(exact_model, rollout)).sum().backward()
+    model.zero_grad()
+    (weights * shared).sum().backward()
+    for ours, exact in zip(model.parameters(), exact_model.parameters()):
+        torch.testing.assert_close(ours.grad.double(), exact.grad, atol=1e-5 * float(exact.grad.abs().max()) + 1e-9,
+                                   rtol=1e-4)
 
 
 def test_a_one_token_response_is_predicted_by_the_last_prompt_state(tiny_model_dir):
