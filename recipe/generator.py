@@ -11,6 +11,11 @@ answers for at most `answer_budget` tokens. The response layout is [prompt, left
 right-padded]; positions come from the attention mask, so the trainer's single forward pass over
 the same tensors sees exactly what the generator saw.
 
+The G samples of a prompt share its prefill (the body runs once per distinct prompt) and, in the
+decode steps, its keys and values (recipe/prefix_attention.py: each row's cache holds its response
+only, the prompt's are read once per prompt; `shared_prefix_decoding=False` gathers them to every
+row instead, the path for models that attention function does not serve).
+
 Rows that finished (<eos>, or out of answer budget) leave the decode batch once they are an eighth
 of it (COMPACT_FRACTION): the KV cache keeps only the active rows, so the body, the head and
 sampling stop spending work on finished ones (~16% of a generate call on the testbed, where
@@ -26,7 +31,6 @@ it was sampled with.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -34,8 +38,7 @@ import numpy as np
 import torch
 
 from recipe.model import lm_parts
-from recipe.prefix_attention import NAME as PREFIX_ATTENTION
-from recipe.prefix_attention import SharedPrefixCache, supports_shared_prefix
+from recipe.prefix_attention import SharedPrefixCache, shared_prefix_attention_on, supports_shared_prefix
 from recipe.tasks import THINK_CLOSE
 
 
@@ -91,20 +94,6 @@ def inverse_cdf_sample(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tenso
 # Finished rows are dropped from the decode batch once they are this share of it: each drop copies
 # the KV cache once, so dropping every row the moment it finishes would copy it at nearly every step.
 COMPACT_FRACTION = 0.125
-
-
-@contextlib.contextmanager
-def attention_implementation(model, name: str | None):
-    """Run the model with attention implementation `name` (None: as it is), then restore its own."""
-    own = model.config._attn_implementation
-    if name is None or name == own:
-        yield
-        return
-    model.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(own)
 
 
 @torch.no_grad()
@@ -168,9 +157,9 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         out = parts.body(input_ids=distinct_ids, attention_mask=distinct_mask,
                          position_ids=positions_from_mask(distinct_mask), past_key_values=cache, use_cache=True)
     hidden = out.last_hidden_state[:, -1][row_prompt]
-    # Decode steps: the prompts' keys and values stay once per distinct prompt (SharedPrefix) and the
-    # cache holds responses only; or, for a model outside transformers' attention interface, the
-    # prompt cache is gathered to the B rows.
+    # Decode steps: the prompts' keys and values stay once per distinct prompt (SharedPrefixCache) and
+    # each row's own keys are its response's; for a model the shared-prefix attention does not serve,
+    # the prompt cache is gathered to the B rows.
     shared_prefix = None
     if shared_prefix_decoding and supports_shared_prefix(model):
         shared_prefix = SharedPrefixCache(cache, distinct_mask, row_prompt)
@@ -244,7 +233,7 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
                 out = parts.body(input_ids=token[active, None], attention_mask=attention_mask[active],
                                  position_ids=next_position[active, None], past_key_values=cache, use_cache=True)
             else:  # no mask: a decode row attends to all of its keys
-                with attention_implementation(model, PREFIX_ATTENTION):
+                with shared_prefix_attention_on(model):
                     out = parts.body(input_ids=token[active, None], position_ids=next_position[active, None],
                                      use_cache=False, shared_prefix=shared_prefix)
         hidden = out.last_hidden_state[:, -1]

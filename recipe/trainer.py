@@ -11,10 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from recipe.generator import Rollout, attention_implementation, positions_from_mask
+from recipe.generator import Rollout, positions_from_mask
 from recipe.model import lm_parts
-from recipe.prefix_attention import NAME as PREFIX_ATTENTION
-from recipe.prefix_attention import SharedPrefixCache, supports_shared_prefix
+from recipe.prefix_attention import SharedPrefixCache, shared_prefix_attention_on, supports_shared_prefix
 
 
 def shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int):
@@ -65,7 +64,7 @@ def response_hidden_states(model, input_ids, attention_mask, prompt_width: int) 
         # attends to them and, causally, to itself. Right padding needs no mask: a padded key is only
         # seen by later (padded) positions, which no loss reads.
         shared = SharedPrefixCache(cache, prompt_mask, row_prompt)
-        with parts.autocast(), attention_implementation(model, PREFIX_ATTENTION):
+        with parts.autocast(), shared_prefix_attention_on(model):
             rest = parts.body(input_ids=input_ids[:, prompt_width:-1], position_ids=positions[:, prompt_width:-1],
                               use_cache=False, shared_prefix=shared).last_hidden_state  # (B, T - 1, D)
         return torch.cat([first, rest], dim=1)

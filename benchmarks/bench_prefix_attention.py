@@ -1,0 +1,128 @@
+"""The shared-prompt attention (recipe/prefix_attention.py) against per-row caches, in one process.
+
+    .venv/bin/python benchmarks/bench_prefix_attention.py [--threads 2] [--repeats 5] [--rows 2048 512]
+        [--out benchmarks/out/bench_prefix_attention.json]
+
+Loads the shipped warm start of the embedded recipe (what `sweep train` starts from) and times,
+alternating the two paths so that machine noise hits both alike:
+- generation: one `generate` call of R rows (G samples each of R / G training prompts, the recipe's
+  length control), with `shared_prefix_decoding` True and False; the same seed for both, and the sampled
+  tokens are checked equal;
+- training: `train_step` on the same 10 minibatches (a PPO round sampled from the warm start), the
+  trainer's shared-prompt path and its per-row gather (recipe.trainer.supports_shared_prefix forced
+  False). Both update the weights; each repeat restores the same start weights and optimizer state.
+Medians over the repeats (and per minibatch for training). Output: JSON on stdout and in --out,
+with the CPU model, the date and the load averages before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def time_generation(run, rows: int, repeats: int) -> dict:
+    import numpy as np
+    import torch
+
+    from recipe.generator import generate
+
+    G = run.cfg.rollout.samples_per_prompt
+    problems = random.Random(0).sample(run.task.train, rows // G)
+    prompts = [problem.prompt for problem in problems for _ in range(G)]  # as sample_groups lays them out
+
+    def call(shared: bool, seed: int):
+        return generate(run.model, run.tokenizer, prompts, precision=run.c.precision,
+                        length_control=run.c.length_control, max_new_tokens=run.cfg.rollout.max_new_tokens,
+                        torch_rng=torch.Generator().manual_seed(seed), numpy_rng=np.random.default_rng(seed),
+                        shared_prefix_decoding=shared)
+
+    same = torch.equal(call(True, 0).input_ids, call(False, 0).input_ids)
+    seconds = {True: [], False: []}
+    for repeat in range(repeats):
+        for shared in (True, False):
+            started = time.perf_counter()
+            call(shared, repeat)
+            seconds[shared].append(time.perf_counter() - started)
+    shared_s, per_row_s = statistics.median(seconds[True]), statistics.median(seconds[False])
+    return {"rows": rows, "same_tokens": same, "shared_s": seconds[True], "per_row_s": seconds[False],
+            "shared_median_s": shared_s, "per_row_median_s": per_row_s, "speedup": per_row_s / shared_s}
+
+
+def time_training(run, repeats: int) -> dict:
+    import recipe.trainer
+    from recipe.run import assemble_minibatch, sample_round, train_on
+
+    P = run.cfg.rollout.prompts_per_batch
+    orders = [run.c.curriculum.sample(P) for _ in range(16)]
+    minibatches = [m for m in (assemble_minibatch(s, run.c) for s in sample_round(
+        run.model, run.tokenizer, run.task, run.c, run.cfg, orders, run.rngs, policy_version=0)) if m.batch is not None]
+    minibatches = minibatches[:10]
+    weights, optimizer = copy.deepcopy(run.model.state_dict()), copy.deepcopy(run.optimizer.state_dict())
+    own = recipe.trainer.supports_shared_prefix
+    seconds = {True: [], False: []}
+    try:
+        for repeat in range(repeats + 1):  # the first repeat warms up
+            for shared in (True, False):
+                recipe.trainer.supports_shared_prefix = own if shared else (lambda model: False)
+                run.model.load_state_dict(weights)
+                run.optimizer.load_state_dict(optimizer)
+                for minibatch in minibatches:
+                    started = time.perf_counter()
+                    train_on(minibatch, 0, run)
+                    if repeat:
+                        seconds[shared].append(time.perf_counter() - started)
+    finally:
+        recipe.trainer.supports_shared_prefix = own
+    shared_s, per_row_s = statistics.median(seconds[True]), statistics.median(seconds[False])
+    return {"minibatches": len(minibatches), "shared_median_s": shared_s, "per_row_median_s": per_row_s,
+            "speedup": per_row_s / shared_s}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rows", type=int, nargs="+", default=[2048, 512])
+    parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "bench_prefix_attention.json"))
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from bench_speed import cpu_model  # the benchmarks' one CPU-model reader (benchmarks/ is on sys.path)
+    from recipe.config import load_recipe
+    from recipe.run import Run
+
+    load_before = os.getloadavg()
+    cfg = load_recipe(None, ["off_policy=ppo_off_policy", "seed=0", "tracking.mlflow=false", "max_steps=100"])
+    with tempfile.TemporaryDirectory() as run_dir:
+        run = Run(cfg, Path(run_dir), "cpu", devices=args.threads)
+        run.model.eval()
+        result = {
+            "cpu": cpu_model(), "threads": args.threads,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "load_before": load_before, "torch": torch.__version__,
+            "generation": [time_generation(run, rows, args.repeats) for rows in args.rows],
+            "training": time_training(run, args.repeats),
+            "load_after": os.getloadavg(),
+        }
+        run.tracker.finish()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
