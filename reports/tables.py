@@ -466,7 +466,8 @@ def evidence_note(table: pd.DataFrame) -> str:
     return (
         "Evidence: each seed pairs a variant's run with the base's run of the same seed (same warm start, prompt "
         "order and sampling seed); an effect is the mean over seeds of variant - base, read from each seed's own fit. "
-        f"Intervals are paired t-intervals with the run-to-run sd pooled over the sweep's variants, at {level:.2%} "
+        "Intervals are paired t-intervals with one run-to-run sd for the sweep (the two-way recipe x seed residual), "
+        f"at {level:.2%} "
         f"each (Bonferroni over the table's {tests} tested effects: dA and the two compute-to-reach ratios of each "
         "of its variants), so a table whose variants have no effect shows any verdict about 5% of the time. "
         "MDE: the smallest true difference the sweep detects 80% of the time at that "

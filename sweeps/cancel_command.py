@@ -13,7 +13,7 @@ def run(args: argparse.Namespace) -> int:
     from sweeps.planner import plan_sweep
     from sweeps.slurm import cancel_slurm_jobs
     from sweeps.spec import output_dir
-    from sweeps.state import is_done, read_state, stop_run
+    from sweeps.state import is_done, read_state, stop_runs
     from sweeps.status_command import resolve_spec
 
     spec = resolve_spec(args.target)
@@ -26,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     if spec.executor.name == "slurm":
         cancel_slurm_jobs([launcher_id for _, launcher_id in launched])
     else:
-        # Local: stop the training process itself (submitit's job processes ignore SIGTERM).
-        launched = [(job, launcher_id) for job, launcher_id in launched if stop_run(job.run_dir, grace_seconds=10.0)]
+        # Local: stop the training processes themselves (submitit's job processes ignore SIGTERM), all at once.
+        running = stop_runs([job.run_dir for job, _ in launched], grace_seconds=10.0)
+        launched = [entry for entry, was_running in zip(launched, running) if was_running]
     print(f"sweep {spec.name}: cancelled {len(launched)} job(s); `sweep run` resumes them from their checkpoints")
     return 0

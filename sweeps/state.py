@@ -141,19 +141,26 @@ def stop_run(run_dir: Path, grace_seconds: float) -> bool:
     controller only forwards it. A killed job loses nothing: checkpoints are replaced atomically.
     A PipelineRL job's generator and trainer exit on their own once this process is gone.
     """
+    return stop_runs([run_dir], grace_seconds)[0]
+
+
+def stop_runs(run_dirs: list[Path], grace_seconds: float) -> list[bool]:
+    """stop_run on several runs at once: every one gets SIGINT first, then the same grace, then SIGKILL.
+
+    All at once, so that stopping N jobs takes one grace period, not N, and no job trains on (or
+    finishes) while an earlier one is being stopped. Returns, per run, whether it was running.
+    """
     import signal
 
-    pid = lock_holder(run_dir)
-    if pid is None:
-        return False
+    pids = [lock_holder(run_dir) for run_dir in run_dirs]
     for signum, wait in ((signal.SIGINT, grace_seconds), (signal.SIGKILL, LOCK_WAIT_SECONDS)):
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            return True
+        live = [(run_dir, pid) for run_dir, pid in zip(run_dirs, pids) if pid is not None and is_locked(run_dir)]
+        for _, pid in live:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
         deadline = time.time() + wait
-        while time.time() < deadline:
-            if not is_locked(run_dir):
-                return True
+        while live and time.time() < deadline and any(is_locked(run_dir) for run_dir, _ in live):
             time.sleep(0.1)
-    return True
+    return [pid is not None for pid in pids]
