@@ -21,7 +21,7 @@ name: tiny
 axes: {{loss: dapo}}
 seeds: [0]
 overrides:
-  max_steps: 200
+  max_steps: {max_steps}
 {overrides}budget: {{unit: samples, fit_at: {fit_at}, target: {target}}}
 executor: {{name: {executor}, local: {{max_parallel: 2, cores_per_job: 1}}, poll_seconds: 0.5}}
 output_dir: {out}
@@ -34,10 +34,10 @@ def shared_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SCALERL_CACHE", str(tmp_path_factory.getbasetemp() / "warm-start-cache"))
 
 
-def write_spec(tmp_path, executor="debug", target=64, extra=""):
+def write_spec(tmp_path, executor="debug", target=64, extra="", max_steps=200):
     path = tmp_path / "spec.yaml"
     path.write_text(TINY.format(executor=executor, out=tmp_path / "out", fit_at=target // 2, target=target, extra=extra,
-                                      overrides=TINY_JOB_OVERRIDES))
+                                max_steps=max_steps, overrides=TINY_JOB_OVERRIDES))
     return path
 
 
@@ -141,10 +141,11 @@ def test_cancel_stops_local_jobs_and_run_resumes_them(tmp_path, capsys):
     # processes themselves (submitit's job processes ignore SIGTERM), then `sweep run` resumes them.
     from sweeps.state import is_locked
 
-    # 200 steps: still running when cancelled (measured: at step ~24, ~9 s from done). A CI run saw
-    # "cancelled 1 job(s)" when `cancel` stopped the jobs one by one, each with its own grace period,
-    # and the second finished meanwhile; it now stops every job at once.
-    spec = write_spec(tmp_path, executor="local", target=3200)
+    # 1,000 steps, ~50 s a job: still running when cancelled. At 200 steps (~10 s) CI runs on fresh
+    # clones saw the job launched first finish before the cancel (it is ahead by the second job's
+    # start-up, and the cancel waits for the second's third evaluation; measured here: steps 16 and 8)
+    # and, once, while `cancel` stopped the jobs one by one with a grace period each (now all at once).
+    spec = write_spec(tmp_path, executor="local", target=16000, max_steps=1000)
     out = tmp_path / "out"
     # both jobs training, with a few evaluations each
     driver = start_driver_until(spec, out, lambda lines: len(lines) == 2 and min(lines) >= 3)
@@ -173,7 +174,7 @@ def test_a_trl_sweep_runs_end_to_end_and_resumes_after_kill_9_of_driver_and_jobs
     spec = tmp_path / "spec.yaml"
     # 40 steps a job (640 samples): far from done at its third evaluation point, where the kill lands
     # (at 10 steps a job had 6 steps, about a second, left between the poll and the kill).
-    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=320, target=640, extra="",
+    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=320, target=640, extra="", max_steps=200,
                                 overrides=TRL_JOB_OVERRIDES))
     out = tmp_path / "out"
     driver = start_driver_until(spec, out, lambda lines: lines and max(lines) >= 3)
