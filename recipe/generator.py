@@ -217,7 +217,8 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         finished |= out_of_answer
         if bool(finished.all()) or t == limit - 1:
             break
-        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+        if shared_prefix is None:  # the per-row cache's mask; the shared-prefix attention reads none
+            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
         still = ~finished[active]
         if int((~still).sum()) >= COMPACT_FRACTION * len(active):
             keep = still.nonzero().squeeze(-1)
