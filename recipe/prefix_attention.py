@@ -23,7 +23,9 @@ projections and rotary embedding run unchanged, and the model is called without 
 (a SharedPrefixCache is passed as the `shared_prefix` keyword, which transformers forwards to the
 attention function). `generate` uses it for its decode steps (one query per row, the response's
 keys appended step by step) and the trainer for the response forward (all response tokens as
-queries, autograd through both parts); the prompts' own forward keeps the model's attention.
+queries, autograd through both parts; the model runs on the real tokens packed into one row and
+only this function lays them out as rows, see `SharedPrefixCache.pack_responses`); the prompts'
+own forward keeps the model's attention.
 Measured on the testbed (AMD EPYC, 2 threads): a 2,048-row generate call 12-17% faster, a training
 step ~7% (BENCHMARKS.md, "Speed of the RL step: the shared prompt read once").
 """
@@ -62,6 +64,40 @@ class SharedPrefixCache:
         self.dense = self._is_dense()
         self.response_keys: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
         self.response_values: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
+        self.packed: tuple[torch.Tensor, int] | None = None
+        self._row_bias: torch.Tensor | None = None
+
+    @property
+    def row_bias(self) -> torch.Tensor:
+        """(A, 1, 1, P): each active row's prompt bias, gathered once per set of rows (not per layer)."""
+        if self._row_bias is None:
+            self._row_bias = self.prompt_bias[self.row_prompt]
+        return self._row_bias
+
+    def pack_responses(self, valid: torch.Tensor) -> torch.Tensor:
+        """Let the model run on the real response tokens only, packed into one row; returns their flat indices.
+
+        valid (A, T): the response positions to compute, a prefix of each row (right padding). The
+        model is then called on a (1, N) row of those N tokens (with their own position ids): its
+        projections, norms and MLPs are per token, so they skip the padding, and only this attention
+        needs the rows, unpacked to (A, H, T, D) and packed back around it.
+        """
+        flat = packed_positions(valid)
+        self.packed = (flat, valid.shape[1])
+        return flat
+
+    def _unpack(self, x: torch.Tensor) -> torch.Tensor:
+        """(1, H, N, D) packed tokens -> (A, H, T, D) rows, zeros on the padding."""
+        flat, T = self.packed
+        _, H, N, D = x.shape
+        rows = x.new_zeros(len(self.row_prompt) * T, H, D).index_copy(0, flat, x[0].transpose(0, 1))
+        return rows.view(-1, T, H, D).transpose(1, 2).contiguous()
+
+    def _pack(self, out: torch.Tensor) -> torch.Tensor:
+        """(A, T, H, D) rows -> (1, N, H, D) packed tokens."""
+        flat, T = self.packed
+        A, _, H, D = out.shape
+        return out.reshape(A * T, H, D).index_select(0, flat)[None]
 
     def _is_dense(self) -> bool:
         """Whether the rows are every prompt's `width` samples in order (row = prompt * width + slot).
@@ -77,6 +113,7 @@ class SharedPrefixCache:
     def select(self, keep: torch.Tensor) -> None:
         """Keep only the decode rows `keep` (indices into the active rows)."""
         self.row_prompt, self.slot = self.row_prompt[keep], self.slot[keep]
+        self._row_bias = None
         self.dense = self._is_dense()
         self.response_keys = [None if k is None else k[keep] for k in self.response_keys]
         self.response_values = [None if v is None else v[keep] for v in self.response_values]
@@ -115,6 +152,18 @@ class SharedPrefixCache:
         return grouped.reshape(U, self.width, heads, queries, X)[self.row_prompt, self.slot]
 
 
+def packed_positions(valid: torch.Tensor) -> torch.Tensor:
+    """Flat indices (N,) of the True positions of valid (A, T), which must be a prefix of every row.
+
+    Packing relies on right padding: a row's token t attends to its tokens 0..t, all of them packed.
+    """
+    lengths = valid.sum(1)
+    if not torch.equal(valid, torch.arange(valid.shape[1], device=valid.device) < lengths[:, None]):
+        raise ValueError("packing needs right-padded responses (each row's real tokens first, then padding); "
+                         "got a response mask with a gap")
+    return valid.reshape(-1).nonzero().squeeze(1)
+
+
 def shared_prefix_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, shared_prefix=None,
                             **kwargs):
     """Attention of the Q newest response tokens of each row over its prompt (shared) and its response.
@@ -131,13 +180,15 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling, 
     if changed:  # supports_shared_prefix keeps such models off this path; never compute a different function
         raise ValueError(f"attention {NAME!r} computes full causal attention; this model's layer {module.layer_idx} "
                          f"also uses {changed}")
+    if cache.packed is not None:  # the trainer's response tokens, packed into one row (pack_responses)
+        query, key, value = cache._unpack(query), cache._unpack(key), cache._unpack(value)
     A, H, Q, D = query.shape
     heads_kv = key.shape[1]
     layer = module.layer_idx
     response_keys, response_values = cache.append(layer, key, value)
     query = query * scaling  # scaled once for both parts
     prompt_scores = cache.grouped(query, heads_kv) @ cache.prompt_keys[layer].transpose(-1, -2)
-    prompt_scores = cache.ungrouped(prompt_scores, H, Q) + cache.prompt_bias[cache.row_prompt]  # (A, H, Q, P)
+    prompt_scores = cache.ungrouped(prompt_scores, H, Q) + cache.row_bias  # (A, H, Q, P)
     if heads_kv != H:
         response_keys = response_keys.repeat_interleave(H // heads_kv, dim=1)
         response_values = response_values.repeat_interleave(H // heads_kv, dim=1)
@@ -150,6 +201,8 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling, 
     P = prompt_scores.shape[-1]
     out = cache.ungrouped(cache.grouped(weights[..., :P], heads_kv) @ cache.prompt_values[layer], H, Q)
     out = out + weights[..., P:] @ response_values  # (A, H, Q, D)
+    if cache.packed is not None:
+        return cache._pack(out.transpose(1, 2)), None
     return out.transpose(1, 2).contiguous(), None
 
 
