@@ -8,9 +8,10 @@ alternating the two paths so that machine noise hits both alike:
 - generation: one `generate` call of R rows (G samples each of R / G training prompts, the recipe's
   length control), with `shared_prefix_decoding` True and False; the same seed for both, and the sampled
   tokens are checked equal;
-- training: `train_step` on the same 10 minibatches (a PPO round sampled from the warm start), the
-  trainer's shared-prompt path and its per-row gather (recipe.trainer.supports_shared_prefix forced
-  False). Both update the weights; each repeat restores the same start weights and optimizer state.
+- training: `train_step` on the same 10 minibatches (a PPO round sampled from the warm start): the
+  trainer's shared-prompt path with the response tokens packed (shipped), the same with padded rows
+  (recipe.trainer.PACK_RESPONSES False), and the per-row gather (recipe.trainer.supports_shared_prefix
+  forced False); also the share of response positions that are padding. Both update the weights; each repeat restores the same start weights and optimizer state.
 Medians over the repeats (and per minibatch for training). Output: JSON on stdout and in --out,
 with the CPU model, the date and the load averages before and after.
 """
@@ -72,23 +73,30 @@ def time_training(run, repeats: int) -> dict:
     minibatches = minibatches[:10]
     weights, optimizer = copy.deepcopy(run.model.state_dict()), copy.deepcopy(run.optimizer.state_dict())
     own = recipe.trainer.supports_shared_prefix
-    seconds = {True: [], False: []}
+    paths = ("packed", "rows", "per_row")  # shared prefix + packed tokens; shared prefix, padded rows; gather
+    seconds = {path: [] for path in paths}
     try:
         for repeat in range(repeats + 1):  # the first repeat warms up
-            for shared in (True, False):
-                recipe.trainer.supports_shared_prefix = own if shared else (lambda model: False)
+            for path in paths:
+                recipe.trainer.supports_shared_prefix = (lambda model: False) if path == "per_row" else own
+                recipe.trainer.PACK_RESPONSES = path == "packed"
                 run.model.load_state_dict(weights)
                 run.optimizer.load_state_dict(optimizer)
                 for minibatch in minibatches:
                     started = time.perf_counter()
                     train_on(minibatch, 0, run)
                     if repeat:
-                        seconds[shared].append(time.perf_counter() - started)
+                        seconds[path].append(time.perf_counter() - started)
     finally:
         recipe.trainer.supports_shared_prefix = own
-    shared_s, per_row_s = statistics.median(seconds[True]), statistics.median(seconds[False])
-    return {"minibatches": len(minibatches), "shared_median_s": shared_s, "per_row_median_s": per_row_s,
-            "speedup": per_row_s / shared_s}
+        recipe.trainer.PACK_RESPONSES = True
+    median = {path: statistics.median(seconds[path]) for path in paths}
+    masks = [m.batch.rollout.attention_mask[:, m.batch.rollout.prompt_width + 1:] for m in minibatches]
+    padding = 1 - sum(float(m.sum()) for m in masks) / sum(m.numel() for m in masks)
+    return {"minibatches": len(minibatches), "response_padding_share": padding,
+            "packed_median_s": median["packed"], "shared_median_s": median["rows"], "per_row_median_s": median["per_row"],
+            "speedup": median["per_row"] / median["rows"], "packing_speedup": median["rows"] / median["packed"],
+            "speedup_packed_vs_per_row": median["per_row"] / median["packed"]}
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,11 @@ from recipe.model import lm_parts
 from recipe.prefix_attention import SharedPrefixCache, shared_prefix_attention_on, supports_shared_prefix
 
 
+# Whether the response forward skips padding (packed into one row); benchmarks/bench_prefix_attention.py
+# switches it off to time the row layout against it.
+PACK_RESPONSES = True
+
+
 def shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int):
     """The distinct prompts of a batch and, per row, which one it has: (prompt_ids (U, P), prompt_mask, row_prompt (B,)).
 
@@ -69,6 +74,11 @@ def response_hidden_states(model, input_ids, attention_mask, prompt_width: int) 
         # the response positions on the testbed, and every projection and MLP is per token. Input
         # token t predicts token t + 1, so it is computed where token t + 1 is real.
         shared = SharedPrefixCache(cache, prompt_mask, row_prompt)
+        if not PACK_RESPONSES:
+            with parts.autocast(), shared_prefix_attention_on(model):
+                rest = parts.body(input_ids=input_ids[:, prompt_width:-1], position_ids=positions[:, prompt_width:-1],
+                                  use_cache=False, shared_prefix=shared).last_hidden_state  # (B, T - 1, D)
+            return torch.cat([first, rest], dim=1)
         flat = shared.pack_responses(attention_mask[:, prompt_width + 1:].bool())
         with parts.autocast(), shared_prefix_attention_on(model):
             packed = parts.body(input_ids=input_ids[:, prompt_width:-1].reshape(1, -1)[:, flat],

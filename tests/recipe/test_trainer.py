@@ -121,10 +121,14 @@ def full_row_logprobs(model, rollout):
     ["07+05=<think>", "7+5=<think>", "19+01=<think>", "123+9=<think>"] * 3,  # G = 3, left padding, shuffled groups
     ["7+5=<think>", "07+05=<think>", "123+9=<think>"],  # every prompt distinct
 ], ids=["repeated-prompts", "distinct-prompts"])
-def test_shared_prompt_prefix_gives_the_full_row_logprobs_and_gradients(tiny_model_dir, prompts):
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "rows"])  # rows: the benchmark's reference path
+def test_shared_prompt_prefix_gives_the_full_row_logprobs_and_gradients(tiny_model_dir, prompts, packed, monkeypatch):
     # The trainer runs each distinct prompt once and gathers its KV cache to the rows; values and
     # gradients must be those of a plain forward over every full row.
+    import recipe.trainer
     from recipe.trainer import sequence_logprobs
+
+    monkeypatch.setattr(recipe.trainer, "PACK_RESPONSES", packed)
 
     model, tokenizer = load_model_dir(tiny_model_dir)
     precision = REGISTRIES["precision"].build({"name": "lm_head"})
