@@ -109,6 +109,28 @@ def seed_mean_curve(evals: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     return kept[["step", "compute", "pass_rate"]], int((grouped["n"] < seeds).sum())
 
 
+def observed_over_seeds(score, seed_scores: dict, seeds: int):
+    """The seed-mean row's score against the mean of its seeds' own observed values at the target.
+
+    The seed-mean curve keeps only the steps every seed reached, and seeds of one recipe can run
+    different numbers of steps in the same compute (the length penalty's seeds: 361-421 steps in
+    200 CPU-seconds), so the mean curve can stop short of the target and leave the row unscored
+    although every seed was observed there. Each seed's observed value is the mean of its own
+    points within the target's window; the row's is their mean (the score as it was where a seed
+    has none or was not fitted).
+    """
+    import dataclasses
+
+    observed = [s.observed for s in seed_scores.values()]
+    if seeds < 2 or len(observed) < seeds or any(math.isnan(value) for value in observed):
+        return score
+    value = float(np.mean(observed))
+    error = score.predicted - value
+    return dataclasses.replace(score, observed=value, error=error, within_margin=bool(abs(error) <= score.margin),
+                               n_observed=sum(s.n_observed for s in seed_scores.values()),
+                               flags=tuple(f for f in score.flags if f != "no_observation_at_target"))
+
+
 def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> SweepFits:
     """Fit every variant (each seed, and the seed mean), bootstrap, score at target, compare with the base."""
     from fitting import FitInputError, bootstrap_fit, compare_loo, seed_spread, window_end_check
@@ -141,7 +163,8 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
         fitted = [f for f in seed_fits.values() if f is not None]
         variants[name] = VariantFit(
             variant=name, axis=str(job["axis"]), choice=str(job["choice"]), seeds=sorted(rows["seed"].unique()),
-            curve=curve, fit=fit, boot=boot, score=score, seed_fits=seed_fits, seed_scores=seed_scores,
+            curve=curve, fit=fit, boot=boot, score=observed_over_seeds(score, seed_scores, rows["seed"].nunique()),
+            seed_fits=seed_fits, seed_scores=seed_scores,
             spread=seed_spread(fitted, target=budget.target) if len(fitted) >= 2 else None)
     for name, reason in failures.items():
         notes.append(f"{name}: not fitted: {reason}")

@@ -91,6 +91,27 @@ def test_several_seeds_fit_the_seed_mean_and_report_the_spread(tmp_path):
     assert fits.run_table.set_index("run_id")["A"].nunique() == 4  # every job has its own fit
 
 
+def test_a_row_whose_seeds_ran_different_steps_is_scored_on_the_seeds_observed_values(tmp_path):
+    # Seed 1 took more (cheaper) steps: past compute 150 its evaluation steps are not seed 0's, so
+    # the seed-mean curve (steps every seed reached) stops short of the target 240. Both seeds were
+    # observed there, so the row is scored against the mean of their own observed values.
+    from fitting import observed_at
+
+    sweep_dir = make_sweep(tmp_path, seeds=(0, 1), variants=("base", "loss=dapo"))
+    data = load_sweep(sweep_dir)
+    late = (data.evals["variant"] == "loss=dapo") & (data.evals["seed"] == 1) & (data.evals["compute"] > 150)
+    data.evals.loc[late, "step"] += 1
+    fits = fit_sweep(data, n_boot=50)
+    assert fits.variants["loss=dapo"].curve["compute"].max() < 160
+    row = fits.table.set_index("variant").loc["loss=dapo"]
+    seeds = [data.evals[(data.evals["variant"] == "loss=dapo") & (data.evals["seed"] == s)].sort_values("step")
+             for s in (0, 1)]
+    expected = np.mean([observed_at(s["compute"], s["pass_rate"], 240.0, 0.05)[0] for s in seeds])
+    assert row["observed_at_target"] == pytest.approx(expected)
+    assert row["error"] == pytest.approx(row["pred_at_target"] - expected)
+    assert "no_observation_at_target" not in row["flags"]
+
+
 def test_a_variant_that_cannot_be_fitted_gets_a_row_and_a_note(tmp_path):
     sweep_dir = make_sweep(tmp_path, variants=("base", "loss=dapo"))
     data = load_sweep(sweep_dir)
