@@ -26,8 +26,9 @@ keys appended step by step) and the trainer for the response forward (all respon
 queries, autograd through both parts; the model runs on the real tokens packed into one row and
 only this function lays them out as rows, see `SharedPrefixCache.pack_responses`); the prompts'
 own forward keeps the model's attention.
-Measured on the testbed (AMD EPYC, 2 threads): a 2,048-row generate call 12-17% faster, a training
-step ~7% (BENCHMARKS.md, "Speed of the RL step: the shared prompt read once").
+Measured on the testbed (AMD EPYC, 2 threads): a 2,048-row generate call 12-26% faster, a training
+step ~5% with padded rows and 15% with packed tokens (BENCHMARKS.md, "Speed of the RL step: the
+shared prompt read once" and "Packed response tokens in the trainer").
 """
 
 from __future__ import annotations
