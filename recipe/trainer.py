@@ -80,6 +80,8 @@ def response_hidden_states(model, input_ids, attention_mask, prompt_width: int) 
                                   use_cache=False, shared_prefix=shared).last_hidden_state  # (B, T - 1, D)
             return torch.cat([first, rest], dim=1)
         flat = shared.pack_responses(attention_mask[:, prompt_width + 1:].bool())
+        if flat.numel() == 0:  # every response is one token long (the batch padded wider): nothing to run
+            return torch.cat([first, first.new_zeros(first.shape[0], T - 1, first.shape[-1])], dim=1)
         with parts.autocast(), shared_prefix_attention_on(model):
             packed = parts.body(input_ids=input_ids[:, prompt_width:-1].reshape(1, -1)[:, flat],
                                 position_ids=positions[:, prompt_width:-1].reshape(1, -1)[:, flat],

@@ -173,6 +173,12 @@ def test_a_one_token_response_is_predicted_by_the_last_prompt_state(tiny_model_d
     assert rollout.response_ids.shape[1] == 1
     shared, _ = sequence_logprobs(model, precision, rollout.input_ids, rollout.attention_mask, rollout.prompt_width)
     torch.testing.assert_close(shared, full_row_logprobs(model, rollout), atol=1e-5, rtol=0)
+    # the same one-token responses in a batch padded wider: nothing to pack, the same first logprobs
+    P = rollout.prompt_width
+    wide_ids = torch.cat([rollout.input_ids, torch.full_like(rollout.input_ids[:, -1:], tokenizer.pad_token_id)], dim=1)
+    wide_mask = torch.cat([rollout.attention_mask, torch.zeros_like(rollout.attention_mask[:, -1:])], dim=1)
+    wide, _ = sequence_logprobs(model, precision, wide_ids, wide_mask, P)
+    torch.testing.assert_close(wide[:, :1], shared, atol=1e-6, rtol=0)
 
 
 def test_packing_takes_each_rows_real_tokens_and_refuses_a_gap():
