@@ -11,7 +11,8 @@ alternating the two paths so that machine noise hits both alike:
 - training: `train_step` on the same 10 minibatches (a PPO round sampled from the warm start): the
   trainer's shared-prompt path with the response tokens packed (shipped), the same with padded rows
   (recipe.trainer.PACK_RESPONSES False), and the per-row gather (recipe.trainer.supports_shared_prefix
-  forced False); also the share of response positions that are padding. Both update the weights; each repeat restores the same start weights and optimizer state.
+  forced False); also the share of response positions that are padding. All three update the
+  weights; each repeat restores the same start weights and optimizer state.
 Medians over the repeats (and per minibatch for training). Output: JSON on stdout and in --out,
 with the CPU model, the date and the load averages before and after.
 """

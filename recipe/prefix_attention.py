@@ -90,7 +90,7 @@ class SharedPrefixCache:
     def _unpack(self, x: torch.Tensor) -> torch.Tensor:
         """(1, H, N, D) packed tokens -> (A, H, T, D) rows, zeros on the padding."""
         flat, T = self.packed
-        _, H, N, D = x.shape
+        H, D = x.shape[1], x.shape[3]
         rows = x.new_zeros(len(self.row_prompt) * T, H, D).index_copy(0, flat, x[0].transpose(0, 1))
         return rows.view(-1, T, H, D).transpose(1, 2).contiguous()
 

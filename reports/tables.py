@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -119,14 +119,12 @@ def observed_over_seeds(score, seed_scores: dict, seeds: int):
     points within the target's window; the row's is their mean (the score as it was where a seed
     has none or was not fitted).
     """
-    import dataclasses
-
     observed = [s.observed for s in seed_scores.values()]
     if seeds < 2 or len(observed) < seeds or any(math.isnan(value) for value in observed):
         return score
     value = float(np.mean(observed))
     error = score.predicted - value
-    return dataclasses.replace(score, observed=value, error=error, within_margin=bool(abs(error) <= score.margin),
+    return replace(score, observed=value, error=error, within_margin=bool(abs(error) <= score.margin),
                                n_observed=sum(s.n_observed for s in seed_scores.values()),
                                flags=tuple(f for f in score.flags if f != "no_observation_at_target"))
 
