@@ -14,7 +14,8 @@ Measured, each printed and written to --out (default benchmarks/out/bench_validi
      at the target is within 0.02 of the observed pass rate there (goal >= 80%);
  (b) leave-one-seed-out calibration: for every variant and held-out seed, the interval
      fitting.seeds.held_out_interval builds from the other seeds' predictions (run-to-run sds pooled
-     over the sweep without the held-out run) must contain the held-out run's observed value at the
+     over the sweep without the held-out run, and the fits' shape term: the rms of the other runs'
+     window-end residuals, as the table's intervals use; the share without it is printed too) must contain the held-out run's observed value at the
      target (goal >= 90% of cases at 95%);
  (c) the base's ceiling is identifiable: A not at a bound in the seed-mean fit nor in any seed's fit, and
      the seed-mean fit's bootstrap A interval does not reach a bound (flag a_ci_at_bound);
@@ -59,6 +60,7 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
     import pandas as pd
 
     from fitting.seeds import ceiling_identifiable, held_out_interval, pooled_sd
+    from fitting.shape import window_end_residual
     from reports import schema
     from reports.sweep_data import load_sweep
     from reports.tables import fit_sweep, verdict_text
@@ -69,12 +71,14 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
     fits = fit_sweep(data, n_boot=n_boot)
     budget = data.budget
     runs = []  # (variant, seed, predicted, observed)
+    end_residuals = {}  # (variant, seed) -> the run's fit's mean residual at its window's end
     for name, v in fits.variants.items():
         for seed, fit in v.seed_fits.items():
             score = v.seed_scores.get(seed)
             if fit is None or score is None or score.observed is None or not math.isfinite(score.observed):
                 continue
             runs.append((name, seed, float(score.predicted), float(score.observed)))
+            end_residuals[(name, seed)] = window_end_residual(fit)
     within = [abs(p - o) <= MARGIN for _, _, p, o in runs]
     # The table's rows: each variant's seed-mean curve, fitted and scored as the LOO table does.
     row_errors = [float(v.score.error) for v in fits.variants.values()
@@ -90,9 +94,14 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
         prediction_sd, df = pooled_sd(predictions_by_variant)
         observed_sd, _ = pooled_sd(observed_by_variant)
         own = predictions_by_variant.get(held_variant, [])
-        low, high = held_out_interval(own, observed_sd, prediction_sd, df)
+        # the shape term as the table builds it (fitting.ShapeCheck.rms_residual), from the other runs' fits
+        others_end = [r for key, r in end_residuals.items() if key != (held_variant, held_seed) and r is not None]
+        shape_sd = math.sqrt(sum(r * r for r in others_end) / len(others_end)) if others_end else 0.0
+        low, high = held_out_interval(own, observed_sd, prediction_sd, df, shape_sd=shape_sd)
         if math.isfinite(low):
+            low0, high0 = held_out_interval(own, observed_sd, prediction_sd, df)
             coverage.append({"variant": held_variant, "seed": int(held_seed), "low": low, "high": high,
+                             "shape_sd": shape_sd, "inside_without_shape": bool(low0 <= held_observed <= high0),
                              "observed": held_observed, "inside": bool(low <= held_observed <= high)})
 
     base = fits.variants.get(schema.BASE)
@@ -115,7 +124,11 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
         "a_seed_mean_rows": {"share": float(np.mean(np.abs(row_errors) <= MARGIN)) if row_errors else math.nan,
                              "rows": len(row_errors), "errors": row_errors},
         "calibration": {"share": float(np.mean([c["inside"] for c in coverage])) if coverage else math.nan,
-                        "cases": len(coverage), "goal": 0.9, "misses": [c for c in coverage if not c["inside"]]},
+                        "cases": len(coverage), "goal": 0.9, "misses": [c for c in coverage if not c["inside"]],
+                        "share_without_shape": (float(np.mean([c["inside_without_shape"] for c in coverage]))
+                                                if coverage else math.nan),
+                        "mean_halfwidth": (float(np.mean([(c["high"] - c["low"]) / 2 for c in coverage]))
+                                           if coverage else math.nan)},
         "base_ceiling_identifiable": {
             # the seed-mean fit: not at a bound, and its bootstrap A interval does not reach one either
             "seed_mean_fit": bool(base and ceiling_identifiable(base.fit) and "a_ci_at_bound" not in base.boot.flags),
@@ -232,7 +245,8 @@ def summary_lines(result: dict) -> list[str]:
     lines.append(f"    the table's rows (each variant's seed-mean curve): {rows['share']:.0%} of {rows['rows']} within "
                  f"{MARGIN}")
     lines.append(f"(b) leave-one-seed-out 95% intervals containing the held-out observed value: {c['share']:.0%} of "
-                 f"{c['cases']} (goal >= 90%)")
+                 f"{c['cases']} (goal >= 90%); mean half-width {c['mean_halfwidth']:.3f}; without the shape term "
+                 f"{c['share_without_shape']:.0%}")
     lines.append(f"(c) base A identifiable: seed-mean fit {base['seed_mean_fit']}, every seed {base['every_seed']} "
                  f"(A {base['A']:.3f}; flags {', '.join(base['flags']) or 'none'})")
     lines.append("verdicts and MDEs:")

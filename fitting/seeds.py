@@ -212,19 +212,20 @@ def budget_for_ceiling(fit) -> float:
 
 
 def held_out_interval(predictions: list[float], observed_sd: float, prediction_sd: float, df: int,
-                      level: float = LEVEL) -> tuple[float, float]:
+                      level: float = LEVEL, shape_sd: float = 0.0) -> tuple[float, float]:
     """Interval for a new seed's observed value at the target, from the other seeds' predictions.
 
     centre = mean of the other seeds' predictions (m of them); a new seed's observed value differs
-    from it by its own run-to-run noise (observed_sd) plus the noise of the mean of m predictions
-    (prediction_sd / sqrt(m)): centre +- t(df) sqrt(observed_sd^2 + prediction_sd^2 / m). A systematic
-    extrapolation bias is not in it; the validation study measures whether that matters.
+    from it by its own run-to-run noise (observed_sd), the noise of the mean of m predictions
+    (prediction_sd / sqrt(m)) and the fits' shape error (shape_sd: fitting.ShapeCheck.rms_residual,
+    how far the fits miss their own window's end, a lower bound on their miss at the target):
+    centre +- t(df) sqrt(observed_sd^2 + prediction_sd^2 / m + shape_sd^2).
     """
     m = len(predictions)
     if m < 1 or df < 1:
         return (math.nan, math.nan)
     centre = float(np.mean(predictions))
-    half = stats.t.ppf((1 + level) / 2, df) * math.sqrt(observed_sd ** 2 + prediction_sd ** 2 / m)
+    half = stats.t.ppf((1 + level) / 2, df) * math.sqrt(observed_sd ** 2 + prediction_sd ** 2 / m + shape_sd ** 2)
     return centre - half, centre + half
 
 

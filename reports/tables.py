@@ -171,21 +171,26 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
         seed_fits = {n: {s: f for s, f in v.seed_fits.items() if f is not None} for n, v in variants.items()}
         comparison = compare_loo({n: v.fit for n, v in variants.items()}, base=schema.BASE, n_boot=n_boot, seed=seed,
                                  seed_fits=seed_fits, fit_at=budget.fit_at, target=budget.target)
-        _seed_prediction_intervals(variants, budget.target)
     elif variants:
         notes.append("no fitted base run: no deltas and no verdicts")
     # Every run's own fit (the seed fits; a one-seed sweep's variant fit is its run's fit). Its note
     # goes under the LOO table (table.attrs["shape_note"]), in the printed table and in the report.
     shape = window_end_check([f for v in variants.values() for f in (v.seed_fits.values() or [v.fit])])
+    if comparison is not None:
+        _seed_prediction_intervals(variants, budget.target, shape_sd=shape.rms_residual if shape else 0.0)
     return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
                      n_boot=n_boot, shape=shape)
 
 
-def _seed_prediction_intervals(variants: dict[str, VariantFit], target: float, level: float = 0.95) -> None:
-    """With >= 2 seeds, the prediction interval includes run-to-run variance: pred +- t(df) s / sqrt(n).
+def _seed_prediction_intervals(variants: dict[str, VariantFit], target: float, level: float = 0.95,
+                               shape_sd: float = 0.0) -> None:
+    """With >= 2 seeds, the prediction interval includes run-to-run variance and the fits' shape error:
+    pred +- t(df) sqrt(s^2 / n + shape_sd^2).
 
     s: the sd of the per-seed fits' predictions at the target around their variant's mean, pooled over
-    the sweep's variants (df = sum (n_v - 1); fitting.seeds explains why pooled). Stored as
+    the sweep's variants (df = sum (n_v - 1); fitting.seeds explains why pooled). shape_sd: how far the
+    sweep's fits miss their own window's end (fitting.ShapeCheck.rms_residual); a prediction
+    extrapolated to the target misses by at least that, and more seeds do not shrink it. Stored as
     v.seed_prediction_ci; one-seed variants keep the within-run bootstrap interval.
     """
     from scipy import stats
@@ -198,7 +203,7 @@ def _seed_prediction_intervals(variants: dict[str, VariantFit], target: float, l
     for name, v in variants.items():
         n = len(predictions[name])
         if n >= 2 and df >= 1:
-            half = stats.t.ppf((1 + level) / 2, df) * sd / math.sqrt(n)
+            half = stats.t.ppf((1 + level) / 2, df) * math.sqrt(sd ** 2 / n + shape_sd ** 2)
             predicted = v.score.predicted
             v.seed_prediction_ci = (predicted - half, predicted + half)
 

@@ -178,6 +178,10 @@ def test_held_out_interval():
     half = stats.t.ppf(0.975, 10) * math.sqrt(0.02 ** 2 + 0.01 ** 2 / 2)
     assert (low, high) == pytest.approx((0.81 - half, 0.81 + half))
     assert all(math.isnan(x) for x in held_out_interval([0.8], 0.02, 0.01, df=0))
+    # the fits' shape error adds in quadrature, and more seeds do not shrink it
+    low, high = held_out_interval([0.80, 0.82], observed_sd=0.02, prediction_sd=0.01, df=10, shape_sd=0.03)
+    half = stats.t.ppf(0.975, 10) * math.sqrt(0.02 ** 2 + 0.01 ** 2 / 2 + 0.03 ** 2)
+    assert (low, high) == pytest.approx((0.81 - half, 0.81 + half))
 
 
 def test_null_variants_rarely_get_a_verdict_and_real_effects_usually_do():

@@ -66,3 +66,23 @@ def test_the_sign_test_p_value():
     from scipy.stats import binomtest
 
     assert binomtest(8, 8, 0.5).pvalue == pytest.approx(2 / 256)
+
+
+def test_the_rms_residual_sizes_the_miss_and_bounds_the_miss_at_the_target_from_below():
+    from fitting.shape import window_end_residual
+
+    rng = np.random.default_rng(3)
+    fits = [run_fit(late_riser, rng) for _ in range(12)]
+    check = window_end_check(fits)
+    by_hand = [float((f.pass_rate[-3:] - f.predict(f.compute[-3:])).mean()) for f in fits]
+    assert [window_end_residual(f) for f in fits] == pytest.approx(by_hand)
+    assert check.rms_residual == pytest.approx(np.sqrt(np.mean(np.square(by_hand))))
+    assert f"rms {check.rms_residual:.3f}" in check.note()
+    # A curve that keeps rising past its fits: the miss at twice the window is larger than at its end.
+    truth = late_riser(np.array([180.0]))[0]
+    assert np.sqrt(np.mean([(float(f.predict(180.0)) - truth) ** 2 for f in fits])) > check.rms_residual > 0.005
+    # Curves the sigmoid describes: the residual is evaluation noise averaged over 3 points (sd 0.012 / sqrt 3).
+    calm = window_end_check([run_fit(sigmoid_truth(), rng) for _ in range(12)])
+    assert calm.rms_residual < 0.012
+    short = fit_sigmoid(COMPUTE[:6], sigmoid_truth()(COMPUTE[:6]) + 0.001, r0=0.09)
+    assert window_end_residual(short) is None and window_end_residual(None) is None

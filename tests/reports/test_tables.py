@@ -208,3 +208,23 @@ def test_the_fit_shape_check_runs_over_every_runs_own_fit(sweep_fits):
     assert shape is not None and shape.runs == runs  # the synthetic runs are true sigmoids plus noise
     assert table.attrs["shape_note"] == (shape.note() if shape.departs else "")
     assert ("fit shape:" in format_loo_table(table)) == shape.departs
+
+
+def test_the_seed_prediction_interval_adds_the_fits_shape_error(sweep_fits):
+    """pred +- t(df) sqrt(s^2 / n + rms_residual^2): run-to-run spread of the mean, and the fits' miss at
+    their window's end, which more seeds do not shrink."""
+    from scipy import stats
+
+    from fitting.seeds import pooled_sd
+
+    target = sweep_fits.data.budget.target
+    predictions = {n: [float(f.predict(target)) for f in v.seed_fits.values()] for n, v in sweep_fits.variants.items()}
+    sd, df = pooled_sd(predictions)
+    shape_sd = sweep_fits.shape.rms_residual
+    assert shape_sd > 0
+    table = sweep_fits.table.set_index("variant")
+    for name, v in sweep_fits.variants.items():
+        half = stats.t.ppf(0.975, df) * math.sqrt(sd ** 2 / len(predictions[name]) + shape_sd ** 2)
+        row = table.loc[name]
+        assert row["pred_interval"] == "seeds"
+        assert (row["pred_lo"], row["pred_hi"]) == pytest.approx((v.score.predicted - half, v.score.predicted + half))
