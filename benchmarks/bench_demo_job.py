@@ -44,8 +44,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TREE = Path(sys.argv[sys.argv.index("--tree") + 1]).resolve() if "--child" in sys.argv else REPO
 sys.path.insert(0, str(TREE))  # a child imports recipe from the tree it measures, the parent from this tree
+sys.path.insert(1, str(REPO / "benchmarks"))
+from bench_speed import DEFAULT_OLD_COMMIT, cpu_model, git, loadavg  # noqa: E402 (the machine and git helpers)
 
-DEFAULT_OLD_COMMIT = "97cb25d"
 
 
 def run_child(args) -> int:
@@ -103,21 +104,6 @@ def run_child(args) -> int:
     }
     Path(args.result).write_text(json.dumps(result) + "\n")
     return 0
-
-
-def git(*args: str) -> str:
-    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def run_job(tree: Path, args, tmp: Path) -> dict:
