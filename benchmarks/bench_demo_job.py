@@ -48,7 +48,6 @@ sys.path.insert(1, str(REPO / "benchmarks"))
 from bench_speed import DEFAULT_OLD_COMMIT, cpu_model, git, loadavg  # noqa: E402 (the machine and git helpers)
 
 
-
 def run_child(args) -> int:
     """Run the job in the tree args.tree; write what it measured to args.result."""
     import torch
@@ -93,9 +92,9 @@ def run_child(args) -> int:
     last = records[-1]
     if last["step"] != args.steps:  # both trees evaluate at max_steps; anything else is a run that stopped early
         raise SystemExit(f"bench_demo_job child: the run's last record is step {last['step']}, not {args.steps}")
+    off_policy = cfg.off_policy["name"] if isinstance(cfg.off_policy, dict) else cfg.off_policy.name  # old: a dict
     result = {
-        "recipe_file": recipe.__file__, "model_dir": str(warm), "off_policy": (cfg.off_policy["name"] if isinstance(cfg.off_policy, dict)
-                                                              else cfg.off_policy.name),  # older trees: a dict
+        "recipe_file": recipe.__file__, "model_dir": str(warm), "off_policy": off_policy,
         "steps": int(last["step"]), "job_wall_s": wall,
         "process_cpu_s": sum(u.ru_utime + u.ru_stime for u in usage),
         "gen_train_wall_s": last["compute/wall_seconds"], "evaluation_s": last["compute/evaluation_seconds"],
@@ -199,8 +198,9 @@ def main(argv=None) -> int:
     if jobs["old"][0]["model_dir"] != jobs["new"][0]["model_dir"]:
         raise SystemExit("bench_demo_job: old and new started from different warm starts")
     summary = {who: summarize(jobs[who]) for who in ("old", "new")}
-    results.update(summary=summary, jobs=jobs, ratios={
-        key: summary["old"][key] / summary["new"][key] for key in ("job_wall_s", "gen_train_s_per_step", "cpu_s_per_step")})
+    ratios = {key: summary["old"][key] / summary["new"][key]
+              for key in ("job_wall_s", "gen_train_s_per_step", "cpu_s_per_step")}
+    results.update(summary=summary, jobs=jobs, ratios=ratios)
     results["machine"]["load_at_end"] = loadavg()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

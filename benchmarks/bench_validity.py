@@ -15,7 +15,8 @@ Measured, each printed and written to --out (default benchmarks/out/bench_validi
  (b) leave-one-seed-out calibration: for every variant and held-out seed, the interval
      fitting.seeds.held_out_interval builds from the other seeds' predictions (run-to-run sds pooled
      over the sweep without the held-out run, and the fits' shape term: the rms of the other runs'
-     window-end residuals, as the table's intervals use; the share without it is printed too) must contain the held-out run's observed value at the
+     window-end residuals, as the table's intervals use; the share without it is printed too) must
+     contain the held-out run's observed value at the
      target (goal >= 90% of cases at 95%);
  (c) the base's ceiling is identifiable: A not at a bound in the seed-mean fit nor in any seed's fit, and
      the seed-mean fit's bootstrap A interval does not reach a bound (flag a_ci_at_bound);
@@ -60,7 +61,7 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
     import pandas as pd
 
     from fitting.seeds import ceiling_identifiable, held_out_interval, pooled_sd
-    from fitting.shape import window_end_residual
+    from fitting.shape import window_end_check
     from reports import schema
     from reports.sweep_data import load_sweep
     from reports.tables import fit_sweep, verdict_text
@@ -71,14 +72,14 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
     fits = fit_sweep(data, n_boot=n_boot)
     budget = data.budget
     runs = []  # (variant, seed, predicted, observed)
-    end_residuals = {}  # (variant, seed) -> the run's fit's mean residual at its window's end
+    run_fits = {}  # (variant, seed) -> the run's own fit (for the shape term of (b))
     for name, v in fits.variants.items():
         for seed, fit in v.seed_fits.items():
             score = v.seed_scores.get(seed)
             if fit is None or score is None or score.observed is None or not math.isfinite(score.observed):
                 continue
             runs.append((name, seed, float(score.predicted), float(score.observed)))
-            end_residuals[(name, seed)] = window_end_residual(fit)
+            run_fits[(name, seed)] = fit
     within = [abs(p - o) <= MARGIN for _, _, p, o in runs]
     # The table's rows: each variant's seed-mean curve, fitted and scored as the LOO table does.
     row_errors = [float(v.score.error) for v in fits.variants.values()
@@ -95,8 +96,8 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
         observed_sd, _ = pooled_sd(observed_by_variant)
         own = predictions_by_variant.get(held_variant, [])
         # the shape term as the table builds it (fitting.ShapeCheck.rms_residual), from the other runs' fits
-        others_end = [r for key, r in end_residuals.items() if key != (held_variant, held_seed) and r is not None]
-        shape_sd = math.sqrt(sum(r * r for r in others_end) / len(others_end)) if others_end else 0.0
+        shape = window_end_check([fit for key, fit in run_fits.items() if key != (held_variant, held_seed)])
+        shape_sd = shape.rms_residual if shape else 0.0
         low, high = held_out_interval(own, observed_sd, prediction_sd, df, shape_sd=shape_sd)
         if math.isfinite(low):
             low0, high0 = held_out_interval(own, observed_sd, prediction_sd, df)

@@ -7,18 +7,18 @@ mean is above or below zero. When the sigmoid describes the curves, each run's s
 sigmoid does not follow the curves' shape there. One run cannot tell (3 noisy points), a sweep can:
 a two-sided sign test over its runs,
     p = P(|Binomial(n, 1/2) - n/2| >= |above - n/2|),
-and at p < ALPHA the report says that single-run predictions carry a shape error (one the
-within-run bootstrap does not see). It does not say the error's sign: the embedded testbed's curves ended above their fits
-in both of its versions, and its predictions came out too low by 0.04 in the first and right on
-average (sd 0.04) in the second (BENCHMARKS.md, validation studies). It needs at least 8 runs to
-ever fire at ALPHA = 0.01 (7 runs of one sign give p = 0.016).
+and at p < ALPHA the report says that single-run predictions carry a shape error (one the within-run
+bootstrap does not see). It does not say the error's sign: the embedded testbed's curves ended above
+their fits in both of its versions, and its predictions came out too low by 0.04 in the first and
+right on average (sd 0.04) in the second (BENCHMARKS.md, validation studies). It needs at least 8
+runs to ever fire at ALPHA = 0.01 (7 runs of one sign give p = 0.016).
 
 The same residuals size a term the intervals lacked: rms_residual = sqrt(mean over runs of r_end^2),
 r_end a run's mean residual over its last points, is how far the sigmoid misses its own window's end.
 A prediction at the target extrapolates further, so it is taken to miss by at least that much, and
 the prediction intervals with seeds add it in quadrature (reports.tables, fitting.seeds.held_out_interval).
-A lower bound, not the error: in the two validation studies of the shipped code the predictions at
-the target missed by 1.9-2.3x the mean window-end residual (BENCHMARKS.md).
+A lower bound, not the error: in the two validation studies of the shipped code the mean error at
+the target was 1.9-2.3x the mean window-end residual (BENCHMARKS.md).
 """
 
 from __future__ import annotations
