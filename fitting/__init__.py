@@ -7,6 +7,7 @@ Public API (the curve: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), Eq. 1 of arXi
     spread = seed_spread([fit_seed0, fit_seed1, fit_seed2], target=16000)            # -> SeedSpread
     loo = compare_loo({"base": fit, "loo-dapo": fit_dapo}, base="base")              # -> LooComparison
     shape = window_end_check([fit_run0, fit_run1, ...])                               # -> ShapeCheck (sweep-level)
+    noise = evaluation_noise_check(evals["pass_rate_se"])                             # -> EvaluationNoise (sweep-level)
     baseline = fit_power_law(compute, pass_rate, burn_in=1500, fit_until=8000)       # -> PowerLawFit
 Bad input raises FitInputError (a ValueError) naming the argument, the value and the fix; fits that
 should not be trusted carry flags (FLAG_MEANINGS). This package never imports torch.
@@ -17,6 +18,7 @@ from fitting.curve import log_f, power_law_curve, sigmoid_curve
 from fitting.extrapolation import ExtrapolationScore, observed_at, score_extrapolation
 from fitting.fit import FitResult, FitSettings, PowerLawFit, fit_power_law, fit_sigmoid, refit_fixed_a
 from fitting.flags import FLAG_MEANINGS
+from fitting.noise import EvaluationNoise, evaluation_noise_check
 from fitting.shape import ShapeCheck, window_end_check
 from fitting.uncertainty import BootstrapResult, SeedSpread, bootstrap_fit, seed_spread
 from fitting.validate import FitInputError
@@ -24,6 +26,7 @@ from fitting.validate import FitInputError
 __all__ = [
     "FLAG_MEANINGS",
     "BootstrapResult",
+    "EvaluationNoise",
     "ExtrapolationScore",
     "FitInputError",
     "FitResult",
@@ -35,6 +38,7 @@ __all__ = [
     "VariantComparison",
     "bootstrap_fit",
     "compare_loo",
+    "evaluation_noise_check",
     "fit_power_law",
     "fit_sigmoid",
     "log_f",

@@ -148,7 +148,7 @@ def load_sweep_from_mlflow(tracking_uri: str, experiment: str, *, parent_run_id:
         jobs = runs_frame({field: r.data.tags[tag] for field, tag in tags.items()} for r in children)
     except KeyError as error:
         raise SweepDataError(f"a job run lacks the tag {error}") from None
-    wanted = [schema.PASS_RATE, budget.compute_key, *schema.DIAGNOSTIC_KEYS]
+    wanted = [schema.PASS_RATE, schema.PASS_RATE_SE, budget.compute_key, *schema.DIAGNOSTIC_KEYS]
     records, configs = {}, {}
     for run in children:
         run_id = run.data.tags[schema.TAG_RUN_ID]

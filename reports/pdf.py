@@ -247,8 +247,9 @@ def _table_legend(fits) -> str:
     ]
     if fits.table["low_truncation_steps"].notna().any():
         lines.append(f"steps trunc<5%: {TRUNCATION_NOTE}")
-    if fits.table.attrs.get("shape_note"):
-        lines.append(fits.table.attrs["shape_note"])
+    for note in ("noise_note", "shape_note"):
+        if fits.table.attrs.get(note):
+            lines.append(fits.table.attrs[note])
     flagged = fits.table[fits.table["flags"].astype(bool)]
     if len(flagged):
         lines.append("Fit flags (reasons not to trust a fit):")

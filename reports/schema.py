@@ -41,6 +41,7 @@ CONFIG_DIFF_IGNORED_PREFIXES = ("seed", "tracking.", "checkpoint.dir", "run_dir"
 # --- metrics.jsonl (and the MLflow metric keys, identical) ----------------------------------------
 STEP = "step"
 PASS_RATE = "eval/pass_rate"  # a line is an evaluation line iff it carries this key
+PASS_RATE_SE = "eval/pass_rate_se"  # its sampling standard error (recipe.evaluation.sampling_standard_error)
 COMPUTE_PREFIX = "compute/"  # the curve's x is COMPUTE_PREFIX + budget.unit
 STEPS_UNIT = "steps"  # budget.unit "steps": the training step itself is the compute axis
 

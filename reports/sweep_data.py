@@ -1,7 +1,8 @@
 """A sweep as tidy tables (SweepData), read from its run directories; the MLflow reader builds the same frames.
 
     data = load_sweep("runs/scalerl-loo")
-    data.evals        # one row per evaluation point: run_id, variant, axis, choice, seed, step, compute, pass_rate
+    data.evals        # one row per evaluation point: run_id, variant, axis, choice, seed, step, compute, pass_rate,
+                      # pass_rate_se (the evaluation's sampling standard error; NaN for runs that predate it)
     data.diagnostics  # one row per metrics line with a diagnostic: run_id, variant, seed, step, <diagnostic keys>
     data.configs      # run_id -> flattened recipe {"loss.name": "cispo", ...}, values as strings
 
@@ -22,7 +23,7 @@ import pandas as pd
 from reports import schema
 
 RUN_KEYS = ("run_id", "variant", "axis", "choice", "seed")
-EVAL_COLUMNS = RUN_KEYS + ("step", "compute", "pass_rate")
+EVAL_COLUMNS = RUN_KEYS + ("step", "compute", "pass_rate", "pass_rate_se")  # se: NaN where a run did not log it
 
 
 class SweepDataError(ValueError):
@@ -120,8 +121,10 @@ def build_frames(runs: pd.DataFrame, records: Mapping[str, Iterable[dict]], budg
             if _finite(record.get(schema.PASS_RATE)):
                 compute = step if budget.unit == schema.STEPS_UNIT else record.get(budget.compute_key)
                 if _finite(compute):
+                    se = record.get(schema.PASS_RATE_SE)
                     eval_rows.append({**run_keys, "step": step, "compute": float(compute),
-                                      "pass_rate": float(record[schema.PASS_RATE])})
+                                      "pass_rate": float(record[schema.PASS_RATE]),
+                                      "pass_rate_se": float(se) if _finite(se) else math.nan})
                 else:
                     missing_compute += 1
             diagnostics = {key: float(record[key]) for key in schema.DIAGNOSTIC_KEYS if _finite(record.get(key))}
@@ -133,7 +136,8 @@ def build_frames(runs: pd.DataFrame, records: Mapping[str, Iterable[dict]], budg
         if not by_step:
             notes.append(f"{run.variant} seed {run.seed} ({run.run_id}): no metrics recorded; left out of the fits")
     evals = pd.DataFrame(eval_rows, columns=list(EVAL_COLUMNS))
-    evals = evals.astype({"step": "int64", "seed": "int64", "compute": "float64", "pass_rate": "float64"})
+    evals = evals.astype({"step": "int64", "seed": "int64", "compute": "float64", "pass_rate": "float64",
+                          "pass_rate_se": "float64"})
     diag_columns = list(RUN_KEYS) + ["step"] + [k for k in schema.DIAGNOSTIC_KEYS if any(k in r for r in diag_rows)]
     diagnostics = pd.DataFrame(diag_rows, columns=diag_columns)
     return evals.reset_index(drop=True), diagnostics.reset_index(drop=True)

@@ -58,6 +58,7 @@ class SweepFits:
     notes: list[str]
     n_boot: int
     shape: object | None = None  # fitting.ShapeCheck over every run's own fit (None: too few points)
+    noise: object | None = None  # fitting.EvaluationNoise over every evaluation point (None: no se logged)
 
     @property
     def table(self) -> pd.DataFrame:
@@ -131,7 +132,8 @@ def observed_over_seeds(score, seed_scores: dict, seeds: int):
 
 def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> SweepFits:
     """Fit every variant (each seed, and the seed mean), bootstrap, score at target, compare with the base."""
-    from fitting import FitInputError, bootstrap_fit, compare_loo, seed_spread, window_end_check
+    from fitting import (FitInputError, bootstrap_fit, compare_loo, evaluation_noise_check, seed_spread,
+                         window_end_check)
 
     budget, notes, failures, variants = data.budget, list(data.notes), {}, {}
     for name in data.variants():
@@ -178,8 +180,10 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
     shape = window_end_check([f for v in variants.values() for f in (v.seed_fits.values() or [v.fit])])
     if comparison is not None:
         _seed_prediction_intervals(variants, budget.target, shape_sd=shape.rms_residual if shape else 0.0)
+    # How precise each evaluation point is (its logged sampling se): a note when too noisy for the margin.
+    noise = evaluation_noise_check(data.evals["pass_rate_se"]) if "pass_rate_se" in data.evals else None
     return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
-                     n_boot=n_boot, shape=shape)
+                     n_boot=n_boot, shape=shape, noise=noise)
 
 
 def _seed_prediction_intervals(variants: dict[str, VariantFit], target: float, level: float = 0.95,
@@ -348,7 +352,8 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
     frame["n_points"] = frame["n_points"].astype("Int64")
     frame.attrs.update(caption=fits.caption(), unit=fits.data.budget.unit, target=fits.data.budget.target,
                        fixed_a=comparison.fixed_a if comparison is not None else math.nan,
-                       shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "")
+                       shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "",
+                       noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "")
     return frame
 
 
@@ -530,8 +535,9 @@ def format_loo_table(table: pd.DataFrame) -> str:
         lines.append(f"\nsteps trunc<5%: {TRUNCATION_NOTE}")
     if "reason" in table.columns and (table["variant"] != schema.BASE).any():
         lines += ["", *aligned_lines(*evidence_cells(table)), textwrap.fill(evidence_note(table), 160)]
-    if table.attrs.get("shape_note"):
-        lines.append("\n" + textwrap.fill(table.attrs["shape_note"], 160))
+    for note in ("noise_note", "shape_note"):
+        if table.attrs.get(note):
+            lines.append("\n" + textwrap.fill(table.attrs[note], 160))
     flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]
     if flagged:
         lines.append("\nflags (reasons not to trust a fit):")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -91,3 +93,51 @@ def test_runs_of_every_seed_are_scored_on_one_stream_unless_eval_seed_is_null(ti
     assert scored("seed=1", "eval.seed=null") != scored("seed=2", "eval.seed=null")  # different draws, same model
     with pytest.raises(Exception, match="eval.seed"):
         tiny_recipe("eval.seed=-1")
+
+
+def test_sampling_standard_error_is_the_formula():
+    # se = sqrt(sum_i q_i (1 - q_i) / (k - 1)) / N
+    from recipe.evaluation import sampling_standard_error
+
+    q = torch.tensor([0.0, 0.25, 0.5, 1.0])
+    expected = ((0.25 * 0.75 + 0.5 * 0.5) / 3) ** 0.5 / 4
+    assert sampling_standard_error(q, 4) == pytest.approx(expected, rel=1e-12)
+    assert sampling_standard_error(torch.tensor([0.0, 1.0]), 8) == 0.0  # nothing to resample
+    assert math.isnan(sampling_standard_error(q, 1))  # one sample a prompt cannot estimate its variance
+
+
+def test_sampling_standard_error_predicts_the_spread_of_repeated_evaluations():
+    # 256 prompts of known success probability, k = 4 samples each, evaluated 4,000 times: the sd of the
+    # pass rate over the repeats is what the mean logged se says (the estimator is unbiased for the variance).
+    import numpy as np
+
+    from recipe.evaluation import sampling_standard_error
+
+    rng = np.random.default_rng(0)
+    probabilities = rng.beta(2, 1, size=256)  # mostly solvable prompts, as late in a run
+    k, repeats = 4, 4000
+    shares = rng.binomial(k, probabilities, size=(repeats, probabilities.size)) / k
+    logged = [sampling_standard_error(torch.from_numpy(row), k) for row in shares[:400]]
+    spread = shares.mean(axis=1).std(ddof=1)
+    assert float(np.mean(logged)) == pytest.approx(spread, rel=0.05)
+
+
+def test_evaluation_logs_its_sampling_standard_error(tiny_recipe, tmp_path):
+    # The same model under other evaluation seeds: the pass rate moves by about the logged se.
+    import numpy as np
+
+    from recipe.evaluation import evaluate
+    from recipe.model import load_model_dir
+    from recipe.run import build_components, evaluation_kwargs
+    from recipe.tasks import build_task
+
+    torch.set_num_threads(1)
+    cfg = tiny_recipe("eval.num_prompts=32", "eval.samples_per_prompt=8", "eval.greedy=false")
+    model, tokenizer = load_model_dir(cfg.model.path)
+    task = build_task(cfg.task, tokenizer)
+    kwargs = evaluation_kwargs(cfg, build_components(cfg))
+    runs = [evaluate(model, tokenizer, task, **{**kwargs, "seed": seed}) for seed in range(12)]
+    logged = np.mean([r["eval/pass_rate_se"] for r in runs])
+    spread = np.std([r["eval/pass_rate"] for r in runs], ddof=1)
+    assert 0 < logged < 0.2
+    assert 0.5 < spread / logged < 2.0  # 12 repeats estimate an sd to about +-20%

@@ -11,6 +11,7 @@ per-variant speed, evaluated every 5 steps up to ~250 s; fit at 120, target 240.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,7 @@ BASE_CONFIG = {
 }
 EVAL_EVERY = 5
 RUN_SD = 0.004  # run-to-run sd of A between seeds
+EVAL_SE = math.hypot(0.003, 0.003)  # the evaluation noise below (shared + own), logged as each point's se
 
 
 def _config(change: dict, seed: int) -> dict:
@@ -93,7 +95,7 @@ def _metrics(variant: str, seed: int, truth, seconds_per_step: float, with_inter
         if step % EVAL_EVERY == 0:
             noise = 0.003 * shared.normal() + 0.003 * rng.normal()  # paired runs share part of their noise
             pass_rate = float(sigmoid_curve(compute, a, b, c_mid, R0)) + (noise if step else 0.0)
-            lines.append({"step": step, "eval/pass_rate": float(np.clip(pass_rate, 0, 1)),
+            lines.append({"step": step, "eval/pass_rate": float(np.clip(pass_rate, 0, 1)), schema.PASS_RATE_SE: EVAL_SE,
                           "compute/device_seconds": compute, "compute/flops": compute * 1e12,
                           "compute/samples": step * 256.0, "compute/tokens": step * 256.0 * 48})
     return lines

@@ -228,3 +228,44 @@ def test_the_seed_prediction_interval_adds_the_fits_shape_error(sweep_fits):
         row = table.loc[name]
         assert row["pred_interval"] == "seeds"
         assert (row["pred_lo"], row["pred_hi"]) == pytest.approx((v.score.predicted - half, v.score.predicted + half))
+
+
+def test_the_evaluation_noise_check_reads_every_points_logged_se(sweep_fits):
+    from tests.reports.synthetic import EVAL_SE
+
+    noise, table = sweep_fits.noise, sweep_fits.table
+    points = len(sweep_fits.data.evals)
+    assert (noise.points, noise.median_se) == (points, pytest.approx(EVAL_SE))
+    assert not noise.too_noisy and table.attrs["noise_note"] == ""  # 0.0042 is under a quarter of the margin
+
+
+def test_a_sweep_evaluated_too_noisily_says_so_under_the_table_and_in_the_report(tmp_path):
+    import json
+
+    from reports.pdf import _table_legend
+
+    sweep_dir = make_sweep(tmp_path, variants=("base", "aggregation=sample_mean"))
+    for metrics in sweep_dir.glob(f"runs/*/{schema.METRICS_FILE}"):
+        lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+        for line in lines:
+            if schema.PASS_RATE in line:
+                line[schema.PASS_RATE_SE] = 0.015  # what 128 prompts x 4 samples give on the testbed
+        metrics.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fits = fit_sweep(load_sweep(sweep_dir), n_boot=20)
+    note = fits.table.attrs["noise_note"]
+    assert fits.noise.too_noisy and "0.015" in note and "eval.samples_per_prompt" in note
+    assert note.split(":")[0] in format_loo_table(fits.table)
+    assert " ".join(note.split()) in " ".join(_table_legend(fits).split())  # the legend wraps its lines
+
+
+def test_runs_that_logged_no_se_give_no_noise_check(tmp_path):
+    import json
+
+    sweep_dir = make_sweep(tmp_path, variants=("base",))
+    for metrics in sweep_dir.glob(f"runs/*/{schema.METRICS_FILE}"):
+        lines = [{k: v for k, v in json.loads(line).items() if k != schema.PASS_RATE_SE}
+                 for line in metrics.read_text().splitlines()]
+        metrics.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    data = load_sweep(sweep_dir)
+    assert data.evals["pass_rate_se"].isna().all()
+    assert fit_sweep(data, n_boot=20).noise is None
