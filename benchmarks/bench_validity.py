@@ -1,7 +1,7 @@
 """Validation study (issue 17): do the LOO predictions, intervals and verdicts hold up?
 
     .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR [SECOND_SWEEP_DIR] [--out FILE.json]
-    .venv/bin/python benchmarks/bench_validity.py --run benchmarks/validity.yaml [--run-again]
+    .venv/bin/python benchmarks/bench_validity.py --run benchmarks/validity.yaml [--run-again] [--seeds 3 4]
     .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR --protocols default:0 paper:0 default:10
 
 SWEEP_DIR: a finished multi-seed LOO sweep (`sweep run` of benchmarks/validity.yaml: the embedded LOO
@@ -220,13 +220,16 @@ def replication(first: dict, second: dict) -> dict:
     return {"same_verdicts": sum(same), "variants": len(same), "all_same": all(same), "rows": rows}
 
 
-def run_sweep(spec: Path, name_suffix: str = "") -> Path:
-    """`sweep run SPEC` (a second copy with the name + suffix for --run-again); returns the sweep dir."""
+def run_sweep(spec: Path, name_suffix: str = "", seeds: list[int] | None = None) -> Path:
+    """`sweep run SPEC`; with a name suffix (--run-again, --seeds) a copy of SPEC named name + suffix,
+    its seeds replaced by `seeds` when given. Returns the sweep dir."""
     import yaml
 
     if name_suffix:
         data = yaml.safe_load(spec.read_text())
         data["name"] = f"{data['name']}{name_suffix}"
+        if seeds:
+            data["seeds"] = list(seeds)
         copy = spec.with_name(f"{spec.stem}{name_suffix}.yaml")
         copy.write_text(yaml.safe_dump(data, sort_keys=False))
         spec = copy
@@ -265,6 +268,9 @@ def main(argv=None) -> int:
     parser.add_argument("sweep_dirs", nargs="*", help="one finished sweep directory, or two runs of the same spec")
     parser.add_argument("--run", type=Path, help="run this sweep spec first (sweep run), then study it")
     parser.add_argument("--run-again", action="store_true", help="with --run: run it a second time for (d)")
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        help="with --run: run the spec on these seeds instead (a hold-out: new curves to check a "
+                             "protocol chosen on an earlier run), into its name + '-seeds-<seeds>'")
     parser.add_argument("--n-boot", type=int, default=200)
     parser.add_argument("--protocols", nargs="+", metavar="METHOD:BURN_IN",
                         help="also refit the same curves under these fit protocols, e.g. default:0 paper:0 "
@@ -273,7 +279,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     dirs = [Path(d) for d in args.sweep_dirs]
     if args.run:
-        dirs = [run_sweep(args.run)] + ([run_sweep(args.run, "-2")] if args.run_again else [])
+        suffix = "-seeds-" + "-".join(map(str, args.seeds)) if args.seeds else ""
+        dirs = [run_sweep(args.run, suffix, args.seeds)] + ([run_sweep(args.run, suffix + "-2", args.seeds)]
+                                                             if args.run_again else [])
     if not 1 <= len(dirs) <= 2:
         parser.error("give one or two sweep directories, or --run SPEC")
     results = [study(d, n_boot=args.n_boot) for d in dirs]
