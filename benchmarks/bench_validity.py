@@ -151,6 +151,7 @@ def error_diagnosis(data, as_fitted: list[float]) -> dict:
     import numpy as np
 
     from fitting import FitInputError, fit_sigmoid, observed_at
+    from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH
     from fitting.fit import window_method_options
 
     budget = data.budget
@@ -163,7 +164,12 @@ def error_diagnosis(data, as_fitted: list[float]) -> dict:
         observed, count, _ = observed_at(compute, rate, budget.target, **halfwidth)
         if steps[0] != 0 or not math.isfinite(observed):
             continue
-        point_sd = evaluation_noise(compute, rate, budget.fit_at)
+        # the logged sampling se of the points near the target when the run has it; else the scatter of
+        # consecutive points, which misses the part of the error the shared evaluation stream carries over
+        near = np.abs(compute - budget.target) <= (budget.observed_window or DEFAULT_OBSERVED_HALFWIDTH) * budget.target
+        logged = run["pass_rate_se"].to_numpy(dtype=float)[near]
+        logged = logged[np.isfinite(logged)]
+        point_sd = float(logged.mean()) if logged.size else evaluation_noise(compute, rate, budget.fit_at)
         if math.isfinite(point_sd):
             observed_sds.append(point_sd / math.sqrt(count))
         step_fit_at, step_target, step_burn_in = np.interp([budget.fit_at, budget.target, budget.burn_in],
@@ -291,8 +297,8 @@ def main(argv=None) -> int:
         print("\n".join(summary_lines(result)))
         for name, row in result["error_diagnosis"].items():
             if name == "observed_noise":
-                print(f"    observed value's noise: median sd {row['median_sd']:.3f} over {row['runs']} runs; a perfect "
-                      f"prediction would be within {MARGIN} for {row['perfect_predictor_within_margin']:.0%}")
+                print(f"    observed value's noise: median sd {row['median_sd']:.3f} over {row['runs']} runs; a "
+                      f"perfect prediction would be within {MARGIN} for {row['perfect_predictor_within_margin']:.0%}")
                 continue
             print(f"    (a) {name:<13}: {row['within_margin']:.0%} of {row['runs']} runs within {MARGIN}, "
                   f"error mean {row['mean_error']:+.3f}, sd {row['sd_error']:.3f}")

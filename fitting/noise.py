@@ -7,14 +7,14 @@ such point and extrapolates from a window of them, and every evaluation of a run
 same random stream (common random numbers), so a point's sampling error persists into the next
 points instead of averaging out over the window.
 
-How precise is enough, measured on the embedded testbed (BENCHMARKS.md, "Evaluation noise"): each
-run of a validation study was replaced by its own sigmoid fit over the whole run plus noise of sd
-sigma, correlated from point to point as the testbed's (lag-1 autocorrelation ~0.5), then fitted on
-the window and scored at the target. The share of predictions within the 0.02 margin was ~57% at
-sigma 0.018 (the shipped 128 prompts x 4 samples: 0.013-0.023), 63% at 0.012, 79% at 0.008 and 96%
-at 0.005. So a sweep whose median se exceeds SE_LIMIT = margin / 4 cannot be expected to predict
-its runs to the margin, whatever the fit: the report says so and names the fix, more prompts or
-more samples (se falls as 1 / sqrt(prompts x samples)).
+How precise is enough, measured on the embedded testbed (benchmarks/bench_eval_noise.py;
+BENCHMARKS.md, "Evaluation noise"): each run of a validation study was replaced by its own sigmoid fitted over the
+whole run plus noise of sd sigma, correlated from point to point as the runs' residuals are (lag-1
+autocorrelation 0.61), then fitted on the window and scored at the target. The share of predictions
+within the 0.02 margin was 44% at sigma 0.018 (the shipped 128 prompts x 4 samples: 0.012-0.02),
+61% at 0.012, 78% at 0.008, 89% at 0.006 and 96% at 0.005. So a sweep whose median se exceeds
+SE_LIMIT = margin / 4 cannot be expected to predict its runs to the margin, whatever the fit: the
+report says so and names the fix, more prompts or more samples (se falls as 1 / sqrt(prompts x samples)).
 """
 
 from __future__ import annotations
