@@ -166,7 +166,8 @@ def error_diagnosis(data, as_fitted: list[float]) -> dict:
             continue
         # the logged sampling se of the points near the target when the run has it; else the scatter of
         # consecutive points, which misses the part of the error the shared evaluation stream carries over
-        near = np.abs(compute - budget.target) <= (budget.observed_window or DEFAULT_OBSERVED_HALFWIDTH) * budget.target
+        halfwidth_c = (budget.observed_window or DEFAULT_OBSERVED_HALFWIDTH) * budget.target
+        near = np.abs(compute - budget.target) <= halfwidth_c
         logged = run["pass_rate_se"].to_numpy(dtype=float)[near]
         logged = logged[np.isfinite(logged)]
         point_sd = float(logged.mean()) if logged.size else evaluation_noise(compute, rate, budget.fit_at)

@@ -20,6 +20,7 @@ report says so and names the fix, more prompts or more samples (se falls as 1 / 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -58,9 +59,7 @@ class EvaluationNoise:
 def evaluation_noise_check(standard_errors: Iterable[float]) -> EvaluationNoise | None:
     """The check over a sweep's points' logged standard errors; None when no point logged a finite one
     (runs that predate the metric, or k = 1)."""
-    values = sorted(float(se) for se in standard_errors if se is not None and math.isfinite(float(se)))
+    values = [float(se) for se in standard_errors if se is not None and math.isfinite(float(se))]
     if not values:
         return None
-    middle = len(values) // 2
-    median = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
-    return EvaluationNoise(points=len(values), median_se=median)
+    return EvaluationNoise(points=len(values), median_se=statistics.median(values))

@@ -46,7 +46,7 @@ def sampling_standard_error(per_prompt, k: int) -> float:
         se = sqrt(sum_i q_i (1 - q_i) / (k - 1)) / N
 
     q_i: prompt i's share of k correct samples (q_i (1 - q_i) / (k - 1) is the unbiased estimate of
-    var(q_i)); N prompts. NaN for k = 1. Measured on the testbed: 128 prompts x 4 samples give ~0.013-0.02
+    var(q_i)); N prompts. NaN for k = 1. Measured on the testbed: 128 prompts x 4 samples give ~0.012-0.02
     per evaluation, as large as the 0.02 margin a prediction is scored at (BENCHMARKS.md).
     """
     if k < 2:
@@ -97,9 +97,10 @@ def evaluate(model, tokenizer, task, *, precision, length_control, eval_cfg, max
         truncated.append(rollout.truncated.cpu().float())
         interrupted.append(rollout.interrupted.cpu().float())
     correct = torch.cat(corrects)
-    per_prompt = correct[:sampled].float().view(len(problems), k).mean(dim=1)  # q_i: prompt i's share correct
+    sampled_correct = correct[:sampled].float()
+    per_prompt = sampled_correct.view(len(problems), k).mean(dim=1)  # q_i: prompt i's share correct
     metrics = {
-        "eval/pass_rate": float(correct[:sampled].float().mean()),
+        "eval/pass_rate": float(sampled_correct.mean()),
         "eval/pass_rate_se": sampling_standard_error(per_prompt, k),
         "eval/len_mean": float(torch.cat(lengths)[:sampled].mean()),
         "eval/truncated_frac": float(torch.cat(truncated)[:sampled].mean()),

@@ -181,7 +181,7 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
     if comparison is not None:
         _seed_prediction_intervals(variants, budget.target, shape_sd=shape.rms_residual if shape else 0.0)
     # How precise each evaluation point is (its logged sampling se): a note when too noisy for the margin.
-    noise = evaluation_noise_check(data.evals["pass_rate_se"]) if "pass_rate_se" in data.evals else None
+    noise = evaluation_noise_check(data.evals["pass_rate_se"])
     return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
                      n_boot=n_boot, shape=shape, noise=noise)
 
