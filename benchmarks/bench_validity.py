@@ -156,7 +156,7 @@ def error_diagnosis(data, as_fitted: list[float]) -> dict:
 
     budget = data.budget
     halfwidth = {} if budget.observed_window is None else {"halfwidth": budget.observed_window}
-    method = window_method_options(budget.fit_method)
+    method = {**window_method_options(budget.fit_method), "weights": budget.fit_weights}
     errors = {"as_fitted": list(as_fitted), "a_fixed_at_1": [], "in_steps": []}
     observed_sds = []  # per run: the noise of its observed value (one point's sd / sqrt(points averaged))
     for _, run in data.evals.groupby("run_id", sort=False):
@@ -279,9 +279,10 @@ def main(argv=None) -> int:
                         help="with --run: run the spec on these seeds instead (a hold-out: new curves to check a "
                              "protocol chosen on an earlier run), into its name + '-seeds-<seeds>'")
     parser.add_argument("--n-boot", type=int, default=200)
-    parser.add_argument("--protocols", nargs="+", metavar="METHOD:BURN_IN",
+    parser.add_argument("--protocols", nargs="+", metavar="METHOD:BURN_IN[:WEIGHTS]",
                         help="also refit the same curves under these fit protocols, e.g. default:0 paper:0 "
-                             "default:10 (burn_in in the budget's unit) and print (a)-(c) for each")
+                             "default:10 default:0:equal (burn_in in the budget's unit; weights compute or "
+                             "equal, default compute) and print (a)-(c) for each")
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "bench_validity.json"))
     args = parser.parse_args(argv)
     dirs = [Path(d) for d in args.sweep_dirs]
@@ -306,11 +307,12 @@ def main(argv=None) -> int:
     if args.protocols:
         out["protocols"] = {}
         for text in args.protocols:
-            method, _, burn_in = text.partition(":")
-            result = study(dirs[0], n_boot=args.n_boot, protocol={"fit_method": method, "burn_in": float(burn_in or 0)})
+            method, burn_in, weights = (text.split(":") + ["0", "compute"])[:3]
+            protocol = {"fit_method": method, "burn_in": float(burn_in or 0), "fit_weights": weights or "compute"}
+            result = study(dirs[0], n_boot=args.n_boot, protocol=protocol)
             out["protocols"][text] = result
             a, c, base = result["a_within_margin"], result["calibration"], result["base_ceiling_identifiable"]
-            print(f"protocol {text:<12} (a) {a['share']:.0%} of {a['runs']}  (b) {c['share']:.0%} of {c['cases']}  "
+            print(f"protocol {text:<18} (a) {a['share']:.0%} of {a['runs']}  (b) {c['share']:.0%} of {c['cases']}  "
                   f"(c) base A {base['A']:.3f} identifiable in every seed: {base['every_seed']}")
     if len(results) == 2:
         out["replication"] = replication(*results)

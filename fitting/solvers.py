@@ -73,9 +73,12 @@ class DefaultSolver:
     n_b_grid = 32
     n_starts = 3
 
-    def __init__(self, compute, *, r0, a, b_bounds, c_mid_bounds):
+    def __init__(self, compute, *, r0, a, b_bounds, c_mid_bounds, weights=None):
         self.log_c = np.log(np.asarray(compute, dtype=float))
         self.n = self.log_c.size
+        # least-squares weight per point (fit.point_weights); all 1 is the plain SSR
+        self.weights = np.ones(self.n) if weights is None else np.asarray(weights, dtype=float)
+        self.sqrt_weights = np.sqrt(self.weights)
         self.r0, self.a = r0, a
         self.b_bounds = b_bounds
         self.log_c_mid_bounds = (math.log(c_mid_bounds[0]), math.log(c_mid_bounds[1]))
@@ -83,12 +86,14 @@ class DefaultSolver:
         self.grid_b = np.geomspace(*b_bounds, self.n_b_grid)
         z = self.grid_b[None, :, None] * (self.grid_log_c_mid[:, None, None] - self.log_c[None, None, :])
         self.grid_s = expit(-z).reshape(-1, self.n)  # (C_mid x B, points)
-        self.sum_s = self.grid_s.sum(axis=1)
-        self.sum_ss = np.einsum("gi,gi->g", self.grid_s, self.grid_s)
+        # weighted sums (every S below is S w_i ...), so the closed form is the weighted least squares
+        self.sum_s = self.grid_s @ self.weights
+        self.sum_ss = (self.grid_s * self.grid_s) @ self.weights
 
     def _grid_starts(self, y: np.ndarray) -> list[np.ndarray]:
-        r0_hat, a_hat, ssr = _linear_fit(self.sum_s, self.sum_ss, self.grid_s @ y, self.n, y.sum(), y @ y,
-                                         self.r0, self.a)
+        wy = self.weights * y
+        r0_hat, a_hat, ssr = _linear_fit(self.sum_s, self.sum_ss, self.grid_s @ wy, self.weights.sum(), wy.sum(),
+                                         wy @ y, self.r0, self.a)
         surface = ssr.reshape(self.n_c_mid_grid, self.n_b_grid)
         # local minima of the surface: no smaller value among the 8 neighbours (edges padded with +inf)
         padded = np.pad(surface, 1, constant_values=np.inf)
@@ -130,7 +135,7 @@ class DefaultSolver:
 
     def _residuals(self, x, y):
         b, log_c_mid, a, r0 = self._unpack(x)
-        return r0 + (a - r0) * expit(-b * (log_c_mid - self.log_c)) - y
+        return self.sqrt_weights * (r0 + (a - r0) * expit(-b * (log_c_mid - self.log_c)) - y)
 
     def _jacobian(self, x, y):
         # dR/dB = -(A - R0) s (1 - s) (ln C_mid - ln C), dR/dlnC_mid = -(A - R0) s (1 - s) B,
@@ -144,7 +149,7 @@ class DefaultSolver:
             columns.append(s)
         if self.r0 is None:
             columns.append(1 - s)
-        return np.column_stack(columns)
+        return self.sqrt_weights[:, None] * np.column_stack(columns)
 
     def solve(self, y, start: Solution | None = None) -> Solution:
         y = np.asarray(y, dtype=float)
@@ -179,15 +184,17 @@ class PaperSolver:
     n_b_grid = 64
     n_refine = 20
 
-    def __init__(self, compute, *, r0, a, b_bounds, a_grid, c_mid_grid):
+    def __init__(self, compute, *, r0, a, b_bounds, a_grid, c_mid_grid, weights=None):
         self.log_c = np.log(np.asarray(compute, dtype=float))
+        self.weights = np.ones(self.log_c.size) if weights is None else np.asarray(weights, dtype=float)
+        self.sqrt_weights = np.sqrt(self.weights)
         self.r0 = r0
         self.grid_a = np.array([a], dtype=float) if a is not None else np.asarray(a_grid, dtype=float)
         self.grid_c_mid = np.asarray(c_mid_grid, dtype=float)
         self.grid_b = np.geomspace(*b_bounds, self.n_b_grid)
         z = self.grid_b[None, :, None] * (np.log(self.grid_c_mid)[:, None, None] - self.log_c[None, None, :])
         self.grid_s = expit(-z)  # (C_mid, B, points)
-        self.sum_ss = np.einsum("cbi,cbi->cb", self.grid_s, self.grid_s)
+        self.sum_ss = np.einsum("cbi,cbi,i->cb", self.grid_s, self.grid_s, self.weights)  # S w s^2
         gain = self.grid_a - r0
         self.valid_a = gain > 0  # A <= R0 is no rising sigmoid: excluded (fit_sigmoid ensures one is left)
         self.gain = gain[self.valid_a][:, None, None]
@@ -199,8 +206,8 @@ class PaperSolver:
     def _refine_b(self, b, gain, log_c_mid, d):
         """Per-pair least-squares B for candidate pairs at once: damped Newton in B, within b_bounds.
 
-        Residual r = d - g s with s = expit(-B (ln C_mid - ln C)) and delta = ln C_mid - ln C:
-            r' = g s (1 - s) delta,   r'' = -g s (1 - s) (1 - 2 s) delta^2,
+        Residual r = sqrt(w) (d - g s) with s = expit(-B (ln C_mid - ln C)) and delta = ln C_mid - ln C:
+            r' = sqrt(w) g s (1 - s) delta,   r'' = -sqrt(w) g s (1 - s) (1 - 2 s) delta^2,
         SSR' = 2 S(r r'), SSR'' = 2 S(r'^2 + r r''). Newton step -SSR'/SSR'' (Gauss-Newton, which drops
         r r'', where SSR'' <= 0); a step that does not lower the SSR is halved.
         """
@@ -208,13 +215,13 @@ class PaperSolver:
 
         def evaluate(b_values):
             s = expit(-b_values[:, None] * delta)
-            residual = d[None, :] - gain[:, None] * s
+            residual = self.sqrt_weights * (d[None, :] - gain[:, None] * s)
             return s, residual, np.einsum("pi,pi->p", residual, residual)
 
         s, residual, ssr = evaluate(b)
         damping = np.ones_like(b)
         for _ in range(40):
-            slope = gain[:, None] * s * (1 - s) * delta  # r'
+            slope = self.sqrt_weights * gain[:, None] * s * (1 - s) * delta  # r'
             gradient = np.einsum("pi,pi->p", residual, slope)
             gauss_newton = np.einsum("pi,pi->p", slope, slope)
             curvature = gauss_newton - np.einsum("pi,pi->p", residual, slope * (1 - 2 * s) * delta)
@@ -234,8 +241,8 @@ class PaperSolver:
 
     def solve(self, y, start: Solution | None = None) -> Solution:
         d = np.asarray(y, dtype=float) - self.r0
-        sum_sd = self.grid_s @ d  # (C_mid, B)
-        # SSR(A, C_mid, B) = S(d^2) - 2 g S(s d) + g^2 S(s^2) with g = A - R0; the constant S(d^2) is
+        sum_sd = self.grid_s @ (self.weights * d)  # (C_mid, B)
+        # SSR(A, C_mid, B) = S(w d^2) - 2 g S(w s d) + g^2 S(w s^2) with g = A - R0; the constant S(w d^2) is
         # left out for ranking. Written into a preallocated buffer: this is the hot loop of a bootstrap.
         ssr = np.multiply(self.two_gain, sum_sd[None], out=self._buffer)
         np.subtract(self.gain_sq_ss, ssr, out=ssr)
@@ -258,11 +265,11 @@ class PaperSolver:
         return Solution(a, float(b[w]), float(self.grid_c_mid[j[w]]), self.r0, float(ssr_exact[w]))
 
 
-def log_c_mid_stderr(compute, solution: Solution, *, a_free: bool, r0_free: bool) -> float:
-    """Local standard error of ln C_mid: sqrt of its entry in sigma^2 (J^T J)^-1, sigma^2 = SSR / (n - k).
+def log_c_mid_stderr(compute, solution: Solution, *, a_free: bool, r0_free: bool, weights=None) -> float:
+    """Local standard error of ln C_mid: sqrt of its entry in sigma^2 (J^T W J)^-1, sigma^2 = SSR / (n - k).
 
     J is the Jacobian of the sigmoid in (B, ln C_mid[, A][, R0]) at the solution (columns as in
-    DefaultSolver._jacobian). A Gauss-Newton approximation, cheap enough for every fit; it feeds the
+    DefaultSolver._jacobian), W the fit's point weights (SSR is the weighted one). A Gauss-Newton approximation, cheap enough for every fit; it feeds the
     window flag, while reported intervals come from the bootstrap. inf when n <= k.
     """
     log_c = np.log(np.asarray(compute, dtype=float))
@@ -271,6 +278,8 @@ def log_c_mid_stderr(compute, solution: Solution, *, a_free: bool, r0_free: bool
     slope = -(solution.a - solution.r0) * s * (1 - s)
     columns = [slope * delta, slope * solution.b] + ([s] if a_free else []) + ([1 - s] if r0_free else [])
     jac = np.column_stack(columns)
+    if weights is not None:
+        jac = np.sqrt(np.asarray(weights, dtype=float))[:, None] * jac
     dof = log_c.size - jac.shape[1]
     if dof <= 0:
         return math.inf

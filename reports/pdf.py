@@ -68,7 +68,7 @@ def _title_page(fits):
         f"Read from      {data.source}",
         "",
         f"Budget         unit {unit}; burn-in {budget.burn_in:g}; fit at {budget.fit_at:g}; "
-        f"target {budget.target:g}; fit method {budget.fit_method}",
+        f"target {budget.target:g}; fit method {budget.fit_method}, weights {budget.fit_weights}",
         f"Seeds          {', '.join(map(str, seeds))}",
         f"Jobs           {len(data.runs)} ({data.runs['variant'].nunique()} variants x seeds); "
         f"{len(data.evals)} evaluation points",

@@ -22,6 +22,7 @@ SWEEP_NAME, SWEEP_BASE, SWEEP_SEEDS, SWEEP_BUDGET = "name", "base", "seeds", "bu
 SWEEP_EXECUTOR, SWEEP_CREATED, SWEEP_MACHINE = "executor", "created", "machine"
 BUDGET_UNIT, BUDGET_BURN_IN, BUDGET_FIT_AT = "unit", "burn_in", "fit_at"
 BUDGET_TARGET, BUDGET_OBSERVED_WINDOW, BUDGET_FIT_METHOD = "target", "observed_window", "fit_method"
+BUDGET_FIT_WEIGHTS = "fit_weights"
 
 # plan.json: one entry per job
 PLAN_RUN_ID, PLAN_AXIS, PLAN_CHOICE, PLAN_VARIANT = "run_id", "axis", "choice", "variant"

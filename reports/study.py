@@ -203,7 +203,8 @@ def _curves_figure(info: dict, records, tune_dir: Path):
             label = f"trial {r.number} ({r.state}" + (f", {r.value:.3f})" if r.value is not None else ")")
             ax.scatter(xs, ys, s=12, color=colour, alpha=0.8, linewidths=0)
             try:
-                fit = fit_trial_curve(curve, budget["burn_in"], budget.get("fit_method", "default"))
+                fit = fit_trial_curve(curve, budget["burn_in"], budget.get("fit_method", "default"),
+                                      budget.get("fit_weights", "compute"))
                 grid = np.geomspace(xs[0], xs[-1], 80)
                 ahead = np.geomspace(xs[-1], budget["target"], 80)
                 ax.plot(grid, fit.predict(grid), color=colour, lw=1.6, label=label)

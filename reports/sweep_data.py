@@ -40,6 +40,7 @@ class Budget:
     target: float
     observed_window: float | None  # relative half-width of the observed window; None: fitting's default
     fit_method: str = "default"  # fitting.fit_sigmoid's method: "default" (continuous) or "paper" (grid)
+    fit_weights: str = "compute"  # fitting.fit_sigmoid's weights: "compute" (fitting.point_weights) or "equal"
 
     @property
     def compute_key(self) -> str:
@@ -85,7 +86,8 @@ def budget_from_meta(meta: Mapping) -> tuple[Budget, list[str]]:
     window = budget.get(schema.BUDGET_OBSERVED_WINDOW)
     return Budget(unit=str(unit), burn_in=float(budget.get(schema.BUDGET_BURN_IN) or 0.0), fit_at=float(fit_at),
                   target=float(target), observed_window=None if window is None else float(window),
-                  fit_method=str(budget.get(schema.BUDGET_FIT_METHOD) or "default")), notes
+                  fit_method=str(budget.get(schema.BUDGET_FIT_METHOD) or "default"),
+                  fit_weights=str(budget.get(schema.BUDGET_FIT_WEIGHTS) or "compute")), notes
 
 
 def flatten_config(data: Mapping, prefix: str = "") -> dict[str, str]:

@@ -72,7 +72,8 @@ class SweepFits:
         """What the table shows, in one sentence (the report and the printed table use it)."""
         budget, seeds = self.data.budget, self.data.runs["seed"].nunique()
         window = (f"fit on {budget.burn_in:g} <= C <= {budget.fit_at:g} {budget.unit}, predicted at {budget.target:g}"
-                  + (" (the paper's grid fit)" if budget.fit_method == "paper" else ""))
+                  + (" (the paper's grid fit)" if budget.fit_method == "paper" else "")
+                  + (", points weighted equally" if budget.fit_weights == "equal" else ""))
         if seeds > 1:
             return (f"{window}; each row fits the seed-mean curve over {seeds} seeds "
                     "(A_seed_sd: sd of the per-seed fits' A)")
@@ -94,7 +95,7 @@ def _fit_curve(curve: pd.DataFrame, budget):
     options, note = _r0_options(curve)
     compute, pass_rate = curve["compute"].to_numpy(), curve["pass_rate"].to_numpy()
     fit = fit_sigmoid(compute, pass_rate, burn_in=budget.burn_in, fit_until=budget.fit_at,
-                      **window_method_options(budget.fit_method),
+                      **window_method_options(budget.fit_method), weights=budget.fit_weights,
                       **options)
     halfwidth = {} if budget.observed_window is None else {"observed_halfwidth": budget.observed_window}
     score = score_extrapolation(fit, compute, pass_rate, target=budget.target, **halfwidth)

@@ -45,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r0.add_argument("--fit-r0", action="store_true", help="fit R0 instead of taking it as given")
     parser.add_argument("--method", choices=("default", "paper"), default="default",
                         help="default: continuous C_mid, bounded B; paper: the paper's A x C_mid grid")
+    parser.add_argument("--weights", choices=("compute", "equal"), default="compute",
+                        help="least-squares weight of a point: compute (the compute half-way to its neighbours; "
+                             "all 1 on an even schedule, the paper's) or equal")
     parser.add_argument("--paper-c-mid-range", type=float, nargs=2, metavar=("LO", "HI"),
                         help="paper method: C_mid grid range (default the paper's 100 40000 GPU-hours)")
     parser.add_argument("--paper-grid-from-data", action="store_true",
@@ -111,7 +114,7 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
     compute, pass_rate = rows["compute"].to_numpy(), rows["pass_rate"].to_numpy()
     if args.power_law:
         record["power_law"] = _fit_power_law(compute, pass_rate, args)
-    options = {"burn_in": args.burn_in, "fit_until": args.fit_until, "method": args.method}
+    options = {"burn_in": args.burn_in, "fit_until": args.fit_until, "method": args.method, "weights": args.weights}
     if args.fit_r0:
         options["fit_r0"] = True
     elif args.r0 is not None:
@@ -196,7 +199,7 @@ def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
     from fitting import FLAG_MEANINGS
 
     three, two = (lambda v: f"{v:.3f}"), (lambda v: f"{v:.2f}")
-    print(f"fit window [{args.burn_in:g}, {args.fit_until:g}], method {args.method}, "
+    print(f"fit window [{args.burn_in:g}, {args.fit_until:g}], method {args.method}, weights {args.weights}, "
           f"{args.n_boot} bootstrap draws; observed = mean of points within {args.target:g} "
           f"+-{100 * args.observed_window:g}%; margin {args.margin:g}")
     header = ["run", "seed", "n", "R0", "A", "B", "C_mid", f"pred@{args.target:g}", "observed", "error", "ok", "flags"]
@@ -299,7 +302,7 @@ def run(args) -> int:
 
     shape = window_end_check([r["fit"] for r in records if "fit" in r])
     if args.json:
-        settings = {k: getattr(args, k) for k in ("burn_in", "fit_until", "target", "method", "margin",
+        settings = {k: getattr(args, k) for k in ("burn_in", "fit_until", "target", "method", "weights", "margin",
                                                   "observed_window", "n_boot", "bootstrap_seed", "power_law")}
         curves = [{k: v for k, v in r.items() if k != "fit"} for r in records]
         fit_shape = None if shape is None else {"runs": shape.runs, "above": shape.above, "p_value": shape.p_value,

@@ -32,6 +32,7 @@ from recipe.config import check_no_interpolation, check_section, load_yaml_file,
 # Compute axes a run records at every evaluation point (recipe/compute accounting).
 COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens")
 FIT_METHODS = ("default", "paper")  # fitting.fit.METHODS, kept here so the spec stays numpy-free
+FIT_WEIGHTS = ("compute", "equal")  # fitting.fit.WEIGHTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +48,10 @@ class BudgetSpec:
     # [R0, 1]); or "paper", the paper's grid (A by 0.005, C_mid on a grid derived from the fit window:
     # (first C / 15, last C x 5), which is the paper's [100, 40000] for its [1500, 8000] window).
     fit_method: str = "default"
+    # Least-squares weight of each evaluation point: "compute", the compute it stands for (half-way to
+    # its neighbours; all 1 on an evenly spaced schedule, the paper's), so the early, densely evaluated
+    # steps do not outweigh the rest of the window; or "equal" (fitting.point_weights).
+    fit_weights: str = "compute"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +137,8 @@ def check_budget(budget: BudgetSpec) -> None:
         )
     if budget.fit_method not in FIT_METHODS:
         raise ConfigError(f"budget.fit_method: got {budget.fit_method!r}, expected one of {', '.join(FIT_METHODS)}")
+    if budget.fit_weights not in FIT_WEIGHTS:
+        raise ConfigError(f"budget.fit_weights: got {budget.fit_weights!r}, expected one of {', '.join(FIT_WEIGHTS)}")
     if not 0 <= budget.observed_window < 1:
         raise ConfigError(f"budget.observed_window: got {budget.observed_window}, expected a fraction in [0, 1)")
 

@@ -127,7 +127,8 @@ def honest_interval(value: float, lower: float, upper: float, run_sd: float, lev
     return (value - math.hypot(value - lower, spread), value + math.hypot(upper - value, spread))
 
 
-def fit_trial_curve(points: tuple[list[int], list[float], list[float]], burn_in: float, fit_method: str = "default"):
+def fit_trial_curve(points: tuple[list[int], list[float], list[float]], burn_in: float, fit_method: str = "default",
+                    fit_weights: str = "compute"):
     """R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted on a trial's evaluations with C >= burn_in.
 
     R0 is the step-0 evaluation (fitted when the curve has none). Raises fitting.FitInputError when
@@ -140,7 +141,8 @@ def fit_trial_curve(points: tuple[list[int], list[float], list[float]], burn_in:
     if not steps:
         raise FitInputError("no evaluation yet")
     r0 = {"r0": pass_rate[0]} if steps[0] == 0 else {"fit_r0": True}
-    return fit_sigmoid(compute, pass_rate, burn_in=burn_in, **window_method_options(fit_method), **r0)
+    return fit_sigmoid(compute, pass_rate, burn_in=burn_in, **window_method_options(fit_method), weights=fit_weights,
+                       **r0)
 
 
 def estimate_objective(spec: TuneSpec, points: tuple[list[int], list[float], list[float]], level: float,
@@ -156,7 +158,7 @@ def estimate_objective(spec: TuneSpec, points: tuple[list[int], list[float], lis
     """
     from fitting import bootstrap_fit
 
-    fit = fit_trial_curve(points, spec.budget.burn_in, spec.budget.fit_method)
+    fit = fit_trial_curve(points, spec.budget.burn_in, spec.budget.fit_method, spec.budget.fit_weights)
     compute = points[1]
     boot = bootstrap_fit(fit, n_boot=n_boot, target=spec.budget.target, level=level, seed=0)
     metric = spec.objective.metric

@@ -200,6 +200,22 @@ def test_the_sweeps_fit_method_reaches_every_fit(tmp_path):
     assert "(the paper's grid fit)" in fits.caption()
 
 
+def test_the_sweeps_fit_weights_reach_every_fit(tmp_path):
+    import json
+
+    sweep_dir = make_sweep(tmp_path, seeds=(20, 21))
+    by_weights = {}
+    for weights in ("compute", "equal"):
+        meta = json.loads((sweep_dir / schema.SWEEP_FILE).read_text())
+        meta["budget"]["fit_weights"] = weights
+        (sweep_dir / schema.SWEEP_FILE).write_text(json.dumps(meta))
+        fits = fit_sweep(load_sweep(sweep_dir), n_boot=20)
+        assert {fit.settings.weights for v in fits.variants.values() for fit in v.seed_fits.values()} == {weights}
+        by_weights[weights] = fits
+    assert "points weighted equally" in by_weights["equal"].caption()
+    assert "weighted" not in by_weights["compute"].caption()
+
+
 def test_the_fit_shape_check_runs_over_every_runs_own_fit(sweep_fits):
     from reports.tables import format_loo_table
 

@@ -27,7 +27,7 @@ def curve_rows(run="base", a=0.61, start=0):
 def test_example_csv_table(capsys):
     assert main(["fit", EXAMPLE, *WINDOW, "--n-boot", "40"]) == 0
     out = capsys.readouterr().out
-    assert "fit window [1500, 8000], method default, 40 bootstrap draws" in out
+    assert "fit window [1500, 8000], method default, weights compute, 40 bootstrap draws" in out
     assert "observed = mean of points within 16000 +-3%" in out
     lines = {line.split()[0] + "/" + line.split()[1]: line for line in out.splitlines()
              if line.startswith("scalerl-") and len(line.split()) > 2 and line.split()[1] in "01"}

@@ -106,3 +106,15 @@ def test_budget_fit_method_is_checked():
         spec_from_dict(data, "spec.yaml")
     assert spec_from_dict({**data, "budget": {"fit_at": 10, "target": 20, "fit_method": "paper"}},
                           "spec.yaml").budget.fit_method == "paper"
+
+
+def test_budget_fit_weights_is_checked():
+    from sweeps.spec import spec_from_dict
+
+    data = {"name": "t", "budget": {"fit_at": 10, "target": 20, "fit_weights": "log"}}
+    with pytest.raises(ConfigError, match=r"budget\.fit_weights: got 'log', expected one of compute, equal"):
+        spec_from_dict(data, "spec.yaml")
+    budget = {"fit_at": 10, "target": 20}
+    assert spec_from_dict({**data, "budget": budget}, "spec.yaml").budget.fit_weights == "compute"
+    assert spec_from_dict({**data, "budget": {**budget, "fit_weights": "equal"}},
+                          "spec.yaml").budget.fit_weights == "equal"

@@ -259,7 +259,8 @@ def test_fixed_batch_trials_resume_in_their_run_dirs_and_a_changed_total_batch_i
 def _objective_spec(target=300.0, metric="pred_at_target"):
     from types import SimpleNamespace
 
-    return SimpleNamespace(budget=SimpleNamespace(burn_in=0.0, target=target, fit_method="default"),
+    return SimpleNamespace(budget=SimpleNamespace(burn_in=0.0, target=target, fit_method="default",
+                                                 fit_weights="compute"),
                            objective=SimpleNamespace(metric=metric))
 
 
