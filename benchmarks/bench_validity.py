@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR [SECOND_SWEEP_DIR] [--out FILE.json]
     .venv/bin/python benchmarks/bench_validity.py --run benchmarks/validity.yaml [--run-again] [--seeds 3 4]
-    .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR --protocols default:0 paper:0 default:10
+    .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR --protocols default:0 paper:0 default:10 default:0:equal
 
 SWEEP_DIR: a finished multi-seed LOO sweep (`sweep run` of benchmarks/validity.yaml: the embedded LOO
 with 3 seeds per variant at the paper's ratios, fit_at >= 3x the base's C_mid, target >= 6x). --run
