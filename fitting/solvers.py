@@ -18,7 +18,7 @@ from fitting.curve import power_law_curve
 
 @dataclass(frozen=True)
 class Solution:
-    """One solved sigmoid: its parameters and sum of squared residuals over the window."""
+    """One solved sigmoid: its parameters and (weighted) sum of squared residuals over the window."""
 
     a: float
     b: float
@@ -269,8 +269,9 @@ def log_c_mid_stderr(compute, solution: Solution, *, a_free: bool, r0_free: bool
     """Local standard error of ln C_mid: sqrt of its entry in sigma^2 (J^T W J)^-1, sigma^2 = SSR / (n - k).
 
     J is the Jacobian of the sigmoid in (B, ln C_mid[, A][, R0]) at the solution (columns as in
-    DefaultSolver._jacobian), W the fit's point weights (SSR is the weighted one). A Gauss-Newton approximation, cheap enough for every fit; it feeds the
-    window flag, while reported intervals come from the bootstrap. inf when n <= k.
+    DefaultSolver._jacobian), W the fit's point weights (SSR is the weighted one). A Gauss-Newton
+    approximation, cheap enough for every fit; it feeds the window flag, while reported intervals come
+    from the bootstrap. inf when n <= k.
     """
     log_c = np.log(np.asarray(compute, dtype=float))
     delta = math.log(solution.c_mid) - log_c
