@@ -75,9 +75,11 @@ def _title_page(fits):
         f"Base recipe    {meta.get(schema.SWEEP_BASE, 'unknown')}" + (":" if recipe else ""),
         *recipe,
         "",
-        "Fit            R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), R0 = step-0 evaluation, C_mid bounds from",
-        f"               the data; A intervals: moving-block residual bootstrap ({fits.n_boot} draws, 95%); with",
-        "               >= 2 seeds the prediction interval adds run-to-run variance and the fits' window-end miss.",
+        "Fit            R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), R0 = step-0 evaluation; least squares with",
+        "               each point weighted by the compute it stands for"
+        + (" (here: equally)" if budget.fit_weights == "equal" else "")
+        + f"; A intervals: residual block bootstrap ({fits.n_boot} draws, 95%);",
+        "               >= 2 seeds: the prediction interval adds run-to-run variance and the fits' window-end miss.",
         "Verdicts       paired over seeds (variant - base of the same seed, each seed's own fit; t-intervals at",
         "               the table-wide level): ceiling mover = the dA interval excludes 0 and every seed's A is",
         "               identifiable (no seed-mean A interval at its bound either); efficiency shaper = the",
