@@ -307,7 +307,7 @@ def main(argv=None) -> int:
     if args.protocols:
         out["protocols"] = {}
         for text in args.protocols:
-            method, burn_in, weights = (text.split(":") + ["0", "compute"])[:3]
+            method, burn_in, weights = (text.split(":") + [None, None])[:3]  # METHOD[:BURN_IN[:WEIGHTS]]
             protocol = {"fit_method": method, "burn_in": float(burn_in or 0), "fit_weights": weights or "compute"}
             result = study(dirs[0], n_boot=args.n_boot, protocol=protocol)
             out["protocols"][text] = result

@@ -109,14 +109,18 @@ def point_weights(compute, scheme: str = "compute") -> np.ndarray:
     "equal": every weight 1 (the plain SSR whatever the schedule).
     """
     c = np.asarray(compute, dtype=float)
-    if scheme not in WEIGHTS:
-        raise FitInputError(f"weights must be one of {', '.join(WEIGHTS)}; got {scheme!r}")
+    _check_weights(scheme)
     if scheme == "equal" or c.size < 2:
         return np.ones(c.size)
     middles = (c[1:] + c[:-1]) / 2
     edges = np.concatenate([[max(c[0] - (c[1] - c[0]) / 2, 0.0)], middles, [c[-1] + (c[-1] - c[-2]) / 2]])
     widths = np.diff(edges)
     return widths / widths.mean()
+
+
+def _check_weights(scheme: str) -> None:
+    if scheme not in WEIGHTS:
+        raise FitInputError(f"weights must be one of {', '.join(WEIGHTS)}; got {scheme!r}")
 
 
 def _paper_a_grid(a_range, a_step: float) -> tuple[float, ...]:
@@ -194,8 +198,7 @@ def fit_sigmoid(compute, pass_rate, *, r0: float | None = None, fit_r0: bool = F
             raise FitInputError(f"a (fixed asymptote) must exceed r0; got a={a!r}, r0={r0_value!r}")
         a = float(a)
     b_bounds = check_bounds("b_bounds", b_bounds)
-    if weights not in WEIGHTS:
-        raise FitInputError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
+    _check_weights(weights)
 
     inside = (c >= burn_in) & (c <= fit_until) & (c > 0)
     c_w, y_w = c[inside], y[inside]
@@ -228,9 +231,10 @@ def fit_sigmoid(compute, pass_rate, *, r0: float | None = None, fit_r0: bool = F
 
 def _fit_window(c_w: np.ndarray, y_w: np.ndarray, settings: FitSettings, r0_source: str) -> FitResult:
     """Solve on the window points and wrap the Solution into a FitResult with its flags."""
-    solution = settings.make_solver(c_w).solve(y_w)
+    solver = settings.make_solver(c_w)
+    solution = solver.solve(y_w)
     se = log_c_mid_stderr(c_w, solution, a_free=settings.a is None, r0_free=settings.r0 is None,
-                          weights=point_weights(c_w, settings.weights))
+                          weights=solver.weights)
     c_mid_upper = solution.c_mid * math.exp(min(1.96 * se, 700.0))
     flags = trust_flags(compute=c_w, pass_rate=y_w, a=solution.a, b=solution.b, c_mid=solution.c_mid,
                         c_mid_upper=c_mid_upper, r0=solution.r0, n_params=settings.n_params,
