@@ -1,14 +1,15 @@
-"""Evaluation streams (issue 17): does scoring every seed on the same draws make single-run predictions better?
+"""Evaluation streams (issue 17): which evaluation draws make single-run predictions better?
 
     .venv/bin/python benchmarks/bench_eval_stream.py [--seeds 0 1 2 3] [--fit-at 100] [--target 200]
-        [--threads 2] [--out benchmarks/out/bench_eval_stream.json] [key=value ...]
+        [--threads 2] [--compare own|per_point] [--out benchmarks/out/bench_eval_stream.json] [key=value ...]
 
 Each seed trains the ScaleRL recipe with off_policy=ppo_off_policy (synchronous, deterministic) on
 the embedded testbed until `target` CPU-seconds, and at every evaluation point scores the same
-policy twice: (1) with the run's own evaluation draws (uniforms and thinking budgets seeded by the
-run's seed: what runs used before eval.seed existed) and (2) with one stream shared by every seed
-(eval.seed 0). Training is identical for both (evaluation never touches the training streams), so
-any difference between the two curves of a run is the evaluation's draw alone.
+policy twice: with the shipped stream ("shared": eval.seed 0, the same draws at every point) and
+with the one compared: --compare own (the run's own seed, the same draws at every point: what
+runs used before eval.seed existed) or per_point (eval.seed 0, fresh draws at every point keyed by
+the step: eval.draws per_point). Training is identical for both (evaluation never touches the
+training streams), so any difference between the two curves of a run is the evaluation's draw alone.
 
 For each stream and seed: the sigmoid fitted on the points up to fit_at (the sweep's default fit
 method, R0 the step-0 point), its prediction at the target against the observed pass rate there
@@ -19,6 +20,7 @@ errors, of the observed values and of A. Prints a table and writes the JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -40,20 +42,24 @@ class TargetReached(Exception):
     pass
 
 
-def train_one(seed: int, target: float, overrides: list[str], out_dir: Path) -> list[dict]:
+def train_one(seed: int, target: float, compare: str, overrides: list[str], out_dir: Path) -> list[dict]:
     """Train one seed to `target` CPU-seconds; every record carries both streams' pass rates."""
     from recipe.config import load_recipe
     from recipe.engines.native import train_native
     from recipe.evaluation import evaluate
     from recipe.run import Run
 
-    cfg = load_recipe(None, ["off_policy=ppo_off_policy", f"seed={seed}", "eval.seed=null", "max_steps=5000",
-                             "tracking.mlflow=false", *overrides])
+    # The run's own evaluation is the compared stream; the shipped one rides along as "eval_shared/".
+    compared = ["eval.seed=null"] if compare == "own" else [f"eval.seed={FIXED_EVAL_SEED}", "eval.draws=per_point"]
+    cfg = load_recipe(None, ["off_policy=ppo_off_policy", f"seed={seed}", "max_steps=5000",
+                             "tracking.mlflow=false", *overrides, *compared])
+    shipped_eval = dataclasses.replace(cfg.eval, draws="common")
     run_evaluate = Run.evaluate
 
     def evaluate_on_both_streams(run: Run) -> dict:
         # The shared stream's pass rate rides in the record through the metrics averager (one value: its mean).
-        shared = evaluate(run.model, run.tokenizer, run.task, **{**run.eval_kwargs, "seed": FIXED_EVAL_SEED})
+        shared = evaluate(run.model, run.tokenizer, run.task, step=run.step,
+                          **{**run.eval_kwargs, "eval_cfg": shipped_eval, "seed": FIXED_EVAL_SEED})
         run.pending.add({"eval_shared/pass_rate": shared["eval/pass_rate"],
                          "eval_shared/interrupted_frac": shared["eval/interrupted_frac"]})
         return run_evaluate(run)
@@ -85,7 +91,13 @@ def score_stream(records: list[dict], key: str, fit_at: float, target: float) ->
     rate = np.array([r[key] for r in records])
     fit = fit_sigmoid(compute, rate, fit_until=fit_at)
     score = score_extrapolation(fit, compute, rate, target=target, observed_halfwidth=0.05)  # as sweeps score
-    return {"predicted": float(score.predicted), "observed": float(score.observed),
+    # How the points scatter about the run's own whole-run sigmoid: their sd and lag-1 autocorrelation
+    # (errors that persist from point to point are what a window fit follows and extrapolates).
+    whole = fit_sigmoid(compute, rate, fit_until=target * 1.05)
+    residual = rate[1:] - whole.predict(compute[1:])  # the step-0 point is R0 itself
+    lag1 = float(np.corrcoef(residual[:-1], residual[1:])[0, 1])
+    return {"whole_run_error": float(whole.predict(np.array([target]))[0] - score.observed),
+            "residual_sd": float(residual.std(ddof=1)), "residual_lag1": lag1,"predicted": float(score.predicted), "observed": float(score.observed),
             "error": float(score.predicted - score.observed), "A": float(fit.a), "B": float(fit.b),
             "c_mid": float(fit.c_mid), "identifiable": bool(ceiling_identifiable(fit)),
             "start": float(rate[0]), "points_in_window": int((compute <= fit_at).sum())}
@@ -97,6 +109,7 @@ def main(argv=None) -> int:
     parser.add_argument("--fit-at", type=float, default=100.0)
     parser.add_argument("--target", type=float, default=200.0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compare", choices=["own", "per_point"], default="own")
     parser.add_argument("--out", default="benchmarks/out/bench_eval_stream.json")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
@@ -107,15 +120,15 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     started = time.time()
     load = [list(os.getloadavg())]
-    results = {"own": {}, "shared": {}}
+    results = {args.compare: {}, "shared": {}}
     with tempfile.TemporaryDirectory(prefix="eval_stream_") as tmp:
         for seed in args.seeds:
-            records = train_one(seed, args.target, args.overrides, Path(tmp))
-            results["own"][seed] = score_stream(records, "eval/pass_rate", args.fit_at, args.target)
+            records = train_one(seed, args.target, args.compare, args.overrides, Path(tmp))
+            results[args.compare][seed] = score_stream(records, "eval/pass_rate", args.fit_at, args.target)
             results["shared"][seed] = score_stream(records, "eval_shared/pass_rate", args.fit_at, args.target)
-            results["own"][seed]["interrupted_frac"] = records[0]["eval/interrupted_frac"]
+            results[args.compare][seed]["interrupted_frac"] = records[0]["eval/interrupted_frac"]
             results["shared"][seed]["interrupted_frac"] = records[0]["eval_shared/interrupted_frac"]
-            print(f"seed {seed}: steps {records[-1]['step']}, own {results['own'][seed]}, "
+            print(f"seed {seed}: steps {records[-1]['step']}, {args.compare} {results[args.compare][seed]}, "
                   f"shared {results['shared'][seed]}", file=sys.stderr, flush=True)
     load.append(list(os.getloadavg()))
     summary = {}
@@ -126,6 +139,8 @@ def main(argv=None) -> int:
             "error_mean": float(np.mean(errors)), "error_sd": float(np.std(errors, ddof=1)),
             "observed_sd": float(np.std([r["observed"] for r in by_seed.values()], ddof=1)),
             "A_sd": float(np.std([r["A"] for r in by_seed.values()], ddof=1)),
+            "residual_lag1_mean": float(np.mean([r["residual_lag1"] for r in by_seed.values()])),
+            "whole_run_error_sd": float(np.std([r["whole_run_error"] for r in by_seed.values()], ddof=1)),
             "identifiable": sum(r["identifiable"] for r in by_seed.values()),
         }
     from bench_speed import cpu_model  # the benchmarks' one CPU-model reader (benchmarks/ is on sys.path)
@@ -143,7 +158,8 @@ def main(argv=None) -> int:
     for stream, s in summary.items():
         print(f"{stream}: within 0.02 {s['within_margin']:.0%}, error mean {s['error_mean']:+.3f} sd "
               f"{s['error_sd']:.3f}, observed sd {s['observed_sd']:.3f}, A sd {s['A_sd']:.3f}, "
-              f"A identifiable {s['identifiable']} of {len(args.seeds)}")
+              f"A identifiable {s['identifiable']} of {len(args.seeds)}, residual lag-1 autocorrelation "
+              f"{s['residual_lag1_mean']:+.2f}, whole-run fit's error sd {s['whole_run_error_sd']:.3f}")
     return 0
 
 

@@ -156,9 +156,16 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 }
 
 
+# The string run settings with a fixed set of values (component names are checked by their registries).
+CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": ("common", "per_point")}
+
+
 def check_ranges(data: Mapping[str, Any]) -> None:
-    """Every RANGES key of a (type-checked) recipe dict lies in its range."""
+    """Every RANGES key of a (type-checked) recipe dict lies in its range; every CHOICES key is one of its values."""
     flat = flatten_config(data)
+    for path, allowed in CHOICES.items():
+        if path in flat and flat[path] not in allowed:
+            raise ConfigError(f"{path}: got {flat[path]!r}, expected one of {', '.join(allowed)}")
     for path, (low, high, low_allowed) in RANGES.items():
         value = flat.get(path)
         if value is None:

@@ -1,11 +1,10 @@
 """Held-out evaluation: pass rate mean@k (temperature sampling) and greedy pass@1 on the validation split.
 
 mean@k = (1/(P k)) sum_p sum_j 1[sample j of prompt p is correct], the paper's curve (mean@16 on
-1,000 prompts there). Sampling uses random streams derived from `seed` only (eval.seed: one stream
-for every run by default), the same at every evaluation (common random numbers: a fixed set of
-prompts and of draws, so consecutive points differ by what the policy learned rather than by
-sampling noise, and every run of a sweep is scored on the same draws). Evaluating never perturbs
-the training streams, and a resumed run evaluates exactly as an uninterrupted one.
+1,000 prompts there). Sampling uses random streams derived from `seed` (eval.seed: one stream
+for every run by default) and, with eval.draws "per_point", the step: every run of a sweep is
+scored on the same draws at the same step (evaluation_streams). Evaluating never perturbs the
+training streams, and a resumed run evaluates exactly as an uninterrupted one.
 Length control acts as in training (interruption is part of how the model answers); rewards are
 the checker's verdict alone, never length-shaped.
 """
@@ -55,6 +54,23 @@ def sampling_standard_error(per_prompt, k: int) -> float:
     return float((q * (1 - q) / (k - 1)).sum().sqrt() / q.numel())
 
 
+def evaluation_streams(seed: int, draws: str, step: int, device) -> tuple[torch.Generator, np.random.Generator]:
+    """The (torch, numpy) random streams of the evaluation at `step`: sampling uniforms, thinking budgets.
+
+    draws "common": the same streams at every step (common random numbers). Consecutive points then
+    differ by what the policy learned, not by fresh draws, but a point's sampling error does not
+    average out along the curve: the same uniforms meet a slowly changing policy, so the error
+    drifts with it and a fit follows the drift. "per_point": streams keyed by (seed, step), fresh
+    at every point and the same for every run at that step (still paired across a sweep's recipes).
+    """
+    if draws == "common":
+        return torch.Generator(device=device).manual_seed(seed * 1_000_003), np.random.default_rng([seed, 7])
+    if draws != "per_point":
+        raise ValueError(f"eval.draws: got {draws!r}, expected common or per_point")
+    torch_seed = int(np.random.SeedSequence([seed, 7, step]).generate_state(1, np.uint64)[0] >> 1)
+    return torch.Generator(device=device).manual_seed(torch_seed), np.random.default_rng([seed, 7, step])
+
+
 def score(task, tokenizer, rollout: Rollout, answers: list[str]) -> torch.Tensor:
     """(B,) bool: the checker accepts the answer and the sample was not cut by a length limit."""
     texts = decode_responses(tokenizer, rollout)
@@ -63,7 +79,7 @@ def score(task, tokenizer, rollout: Rollout, answers: list[str]) -> torch.Tensor
 
 
 def evaluate(model, tokenizer, task, *, precision, length_control, eval_cfg, max_new_tokens: int,
-             temperature: float, seed: int) -> dict[str, float]:
+             temperature: float, seed: int, step: int = 0) -> dict[str, float]:
     """Eval metrics of the model as it is now (eval/pass_rate, eval/greedy_pass_rate, lengths, truncation...).
 
     The num_prompts x samples_per_prompt sampled answers and the num_prompts greedy ones are
@@ -73,10 +89,7 @@ def evaluate(model, tokenizer, task, *, precision, length_control, eval_cfg, max
     started = time.perf_counter()
     problems = task.validation[: eval_cfg.num_prompts]
     device = next(model.parameters()).device
-    # The same random streams at every step (common random numbers): each evaluation samples with the
-    # same uniforms and thinking budgets, so the points of a curve differ by the policy, not by draws.
-    torch_rng = torch.Generator(device=device).manual_seed(seed * 1_000_003)
-    numpy_rng = np.random.default_rng([seed, 7])
+    torch_rng, numpy_rng = evaluation_streams(seed, eval_cfg.draws, step, device)
     k = eval_cfg.samples_per_prompt
     prompts = [p.prompt for p in problems for _ in range(k)]
     answers = [p.answer for p in problems for _ in range(k)]

@@ -325,7 +325,7 @@ class Run:
     def evaluate(self) -> dict:
         """Evaluate now, log the record (train metrics since the last one, curriculum, compute) and return it."""
         started = time.perf_counter()
-        record = {"step": self.step, **evaluate(self.model, self.tokenizer, self.task,
+        record = {"step": self.step, **evaluate(self.model, self.tokenizer, self.task, step=self.step,
                                                 **self.eval_kwargs)}
         self.meter.evaluation_seconds += time.perf_counter() - started
         record.update(self.pending.pop())

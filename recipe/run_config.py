@@ -110,6 +110,12 @@ class EvalConfig:
     # stream, so every run of a sweep, whatever its seed, is scored on the same test; null: the run's
     # own seed (each seed a different test).
     seed: Optional[int] = 0
+    # Which draws each evaluation point uses. "common": the same uniforms at every point (common random
+    # numbers: consecutive points differ by the policy, but a point's sampling error persists into
+    # its neighbours and the fit follows it). "per_point": fresh draws at every point, keyed by
+    # (seed, step), so every run of a sweep is scored on the same draws at the same step and the
+    # errors of a run's points are independent (recipe.evaluation.evaluation_streams).
+    draws: str = "common"
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             started = clocks()
             unwrapped = accelerator.unwrap_model(trainer.model)
             unwrapped.eval()
-            record = {"step": step, **evaluate(unwrapped, tokenizer, task, **eval_kwargs)}
+            record = {"step": step, **evaluate(unwrapped, tokenizer, task, step=step, **eval_kwargs)}
             unwrapped.train()
             meter.evaluation_seconds += since(started)[0]
             record.update(pending.pop())

@@ -71,6 +71,46 @@ def test_every_evaluation_of_a_run_uses_the_same_draws(tiny_recipe, tmp_path):
         assert again[key] == first[key]
 
 
+def test_per_point_draws_are_fresh_at_every_step_the_same_for_every_run_and_on_resume(tiny_recipe, tmp_path):
+    # eval.draws=per_point: the same model at another step samples other answers (independent errors
+    # along the curve); at the same step it samples the same ones, whatever the run's seed or process.
+    from recipe.run import Run
+
+    torch.set_num_threads(1)
+    overrides = ("eval.samples_per_prompt=8", "eval.num_prompts=32", "eval.draws=per_point")
+    run = Run(tiny_recipe(*overrides), tmp_path / "run", "cpu", devices=1)
+    first = run.evaluate()
+    run.step += 37
+    later = run.evaluate()
+    assert (later["eval/len_mean"], later["eval/pass_rate"]) != (first["eval/len_mean"], first["eval/pass_rate"])
+    other_seed = Run(tiny_recipe(*overrides, "seed=3"), tmp_path / "other", "cpu", devices=1)
+    other_seed.step = run.step
+    again = other_seed.evaluate()
+    for key in ("eval/pass_rate", "eval/len_mean", "eval/interrupted_frac"):
+        assert again[key] == later[key]
+
+
+def test_evaluation_streams_per_point_are_keyed_by_seed_and_step():
+    from recipe.evaluation import evaluation_streams
+
+    def draws(seed, draws, step):
+        torch_rng, numpy_rng = evaluation_streams(seed, draws, step, "cpu")
+        return torch.rand(4, generator=torch_rng).tolist() + numpy_rng.random(2).tolist()
+
+    assert draws(0, "common", 0) == draws(0, "common", 50)  # common random numbers
+    assert draws(0, "per_point", 50) == draws(0, "per_point", 50)
+    assert len({tuple(draws(seed, "per_point", step)) for seed in (0, 1) for step in (0, 1, 50)}) == 6
+    with pytest.raises(ValueError, match="eval.draws"):
+        evaluation_streams(0, "fresh", 0, "cpu")
+
+
+def test_eval_draws_must_be_a_known_choice(tiny_recipe):
+    from components.registry import ConfigError
+
+    with pytest.raises(ConfigError, match=r"eval.draws: got 'fresh', expected one of common, per_point"):
+        tiny_recipe("eval.draws=fresh")
+
+
 def test_runs_of_every_seed_are_scored_on_one_stream_unless_eval_seed_is_null(tiny_recipe):
     # eval.seed (default 0): one test for every run of a sweep; null: each run's own seed decides its draws.
     from recipe.evaluation import evaluate
