@@ -70,6 +70,9 @@ AXES = tuple(REGISTRIES)
 # Field paths that do not change what a run computes (where it logs, where caches live, whether
 # the warm start with the same key is the shipped build or this machine's), so they stay out of its id.
 NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped")
+# Keys added after runs existed, and the value at which a run computes what those runs computed: at
+# that value the key stays out of the id, so a sweep begun before the key existed resumes its jobs.
+ID_UNCHANGED_AT = {"eval.draws": "common"}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -354,8 +357,10 @@ def resolved_yaml(config: RecipeConfig) -> str:
 
 
 def run_id(config: RecipeConfig) -> str:
-    """12 hex digits of sha256 over the resolved config (minus NOT_IN_RUN_ID): same config, same id."""
+    """12 hex digits of sha256 over the resolved config (minus NOT_IN_RUN_ID and the ID_UNCHANGED_AT values):
+    same config, same id."""
     data = {key: value for key, value in flatten_config(to_dict(config)).items()
-            if not any(key == path or key.startswith(f"{path}.") for path in NOT_IN_RUN_ID)}
+            if not any(key == path or key.startswith(f"{path}.") for path in NOT_IN_RUN_ID)
+            and not (key in ID_UNCHANGED_AT and value == ID_UNCHANGED_AT[key])}
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]

@@ -97,6 +97,13 @@ def test_run_id_depends_on_what_is_computed_only():
     assert run_id(load_recipe(overrides=["tracking.experiment=elsewhere"])) == base
     assert run_id(load_recipe(overrides=["warm_start.cache_dir=/elsewhere"])) == base
     assert run_id(load_recipe(overrides=["warm_start.steps=7"])) != base
+    assert run_id(load_recipe(overrides=["eval.draws=per_point"])) != base
+
+
+def test_a_key_added_later_keeps_the_ids_of_runs_made_before_it():
+    # eval.draws (2026-11-25) at "common" computes what every earlier run computed: the ids of 3e2f471.
+    assert run_id(SCALERL) == "c34a635383ba"
+    assert run_id(load_recipe(overrides=["seed=3", "loss=dapo"])) == "2556771f8c6e"
 
 
 def test_config_is_frozen():
