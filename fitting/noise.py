@@ -3,9 +3,9 @@
 Each evaluation point is mean@k over a fixed prompt set, and its sampling alone moves it: the run
 logs that standard error with every point (recipe.evaluation.sampling_standard_error,
 se = sqrt(sum_i q_i (1 - q_i) / (k - 1)) / N). A prediction at the target is scored against one
-such point and extrapolates from a window of them, and every evaluation of a run draws from the
-same random stream (common random numbers), so a point's sampling error persists into the next
-points instead of averaging out over the window.
+such point and extrapolates from a window of them, and with eval.draws "common" (the default)
+every evaluation of a run draws from the same random stream (common random numbers), so a point's
+sampling error persists into the next points instead of averaging out over the window.
 
 How precise is enough, measured on the embedded testbed (benchmarks/bench_eval_noise.py;
 BENCHMARKS.md, "Evaluation noise"): each run of a validation study was replaced by its own sigmoid fitted over the
@@ -50,8 +50,8 @@ class EvaluationNoise:
         return (f"evaluation noise: one evaluation's pass rate has a sampling standard error of "
                 f"{self.median_se:.3f} (median over {self.points} points), more than a quarter of the "
                 f"{MARGIN} margin ({self.limit:.3f}): at that noise single-run predictions cannot be "
-                f"expected within the margin, whatever the fit (the same evaluation stream at every step "
-                f"makes the error persist from point to point). Evaluate ~{math.ceil(self.samples_factor)}x "
+                f"expected within the margin, whatever the fit (with eval.draws common the error also persists "
+                f"from point to point). Evaluate ~{math.ceil(self.samples_factor)}x "
                 f"the prompts x samples: raise eval.num_prompts (up to task.validation_size) or "
                 f"eval.samples_per_prompt.")
 
