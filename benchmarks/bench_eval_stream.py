@@ -97,7 +97,8 @@ def score_stream(records: list[dict], key: str, fit_at: float, target: float) ->
     residual = rate[1:] - whole.predict(compute[1:])  # the step-0 point is R0 itself
     lag1 = float(np.corrcoef(residual[:-1], residual[1:])[0, 1])
     return {"whole_run_error": float(whole.predict(np.array([target]))[0] - score.observed),
-            "residual_sd": float(residual.std(ddof=1)), "residual_lag1": lag1,"predicted": float(score.predicted), "observed": float(score.observed),
+            "residual_sd": float(residual.std(ddof=1)), "residual_lag1": lag1,
+            "predicted": float(score.predicted), "observed": float(score.observed),
             "error": float(score.predicted - score.observed), "A": float(fit.a), "B": float(fit.b),
             "c_mid": float(fit.c_mid), "identifiable": bool(ceiling_identifiable(fit)),
             "start": float(rate[0]), "points_in_window": int((compute <= fit_at).sum())}
