@@ -29,6 +29,7 @@ from components import REGISTRIES
 from components.registry import ConfigError, check_value_type, describe_value
 from recipe.engines.support import check_engine
 from recipe.run_config import (
+    EVAL_DRAWS,
     CheckpointConfig,
     EngineConfig,
     EvalConfig,
@@ -160,7 +161,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 
 
 # The string run settings with a fixed set of values (component names are checked by their registries).
-CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": ("common", "per_point")}
+CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS}
 
 
 def check_ranges(data: Mapping[str, Any]) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from recipe.generator import Rollout, decode_responses, generate
+from recipe.run_config import EVAL_DRAWS
 
 
 def evaluation_steps(every_steps: int, points_per_doubling: int, max_steps: int) -> frozenset[int]:
@@ -66,7 +67,7 @@ def evaluation_streams(seed: int, draws: str, step: int, device) -> tuple[torch.
     if draws == "common":
         return torch.Generator(device=device).manual_seed(seed * 1_000_003), np.random.default_rng([seed, 7])
     if draws != "per_point":
-        raise ValueError(f"eval.draws: got {draws!r}, expected common or per_point")
+        raise ValueError(f"eval.draws: got {draws!r}, expected one of {', '.join(EVAL_DRAWS)}")
     torch_seed = int(np.random.SeedSequence([seed, 7, step]).generate_state(1, np.uint64)[0] >> 1)
     return torch.Generator(device=device).manual_seed(torch_seed), np.random.default_rng([seed, 7, step])
 

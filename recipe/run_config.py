@@ -91,6 +91,9 @@ class OptimizerConfig:
     micro_batch_size: int = 0
 
 
+EVAL_DRAWS = ("common", "per_point")  # EvalConfig.draws' values (recipe.evaluation.evaluation_streams)
+
+
 @dataclass(frozen=True)
 class EvalConfig:
     # Validation pass rate mean@samples_per_prompt (temperature sampling) and greedy pass@1, on the
@@ -115,7 +118,7 @@ class EvalConfig:
     # its neighbours and the fit follows it). "per_point": fresh draws at every point, keyed by
     # (seed, step), so every run of a sweep is scored on the same draws at the same step and the
     # errors of a run's points are independent (recipe.evaluation.evaluation_streams).
-    draws: str = "common"
+    draws: str = "common"  # one of EVAL_DRAWS
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def test_every_evaluation_of_a_run_uses_the_same_draws(tiny_recipe, tmp_path):
         assert again[key] == first[key]
 
 
-def test_per_point_draws_are_fresh_at_every_step_the_same_for_every_run_and_on_resume(tiny_recipe, tmp_path):
+def test_per_point_draws_are_fresh_at_every_step_and_the_same_for_every_run_at_a_step(tiny_recipe, tmp_path):
     # eval.draws=per_point: the same model at another step samples other answers (independent errors
     # along the curve); at the same step it samples the same ones, whatever the run's seed or process.
     from recipe.run import Run
