@@ -16,8 +16,8 @@ import numpy as np
 from fitting.curve import log_f
 from fitting.extrapolation import DEFAULT_MARGIN
 from fitting.fit import FitResult, refit_fixed_a
-from fitting.seeds import (BASE_VERDICT as BASE, CEILING_MOVER, EFFICIENCY_SHAPER, LEVEL, NO_EFFECT, NO_VERDICT,
-                           PairedEffect, seed_verdicts)
+from fitting.seeds import (BASE_VERDICT as BASE, CEILING_MOVER, EFFICIENCY_SHAPER, LEVEL, MIN_A_SHIFT,
+                           MIN_COMPUTE_RATIO, NO_EFFECT, NO_VERDICT, PairedEffect, seed_verdicts)
 from fitting.uncertainty import bootstrap_fit
 from fitting.validate import FitInputError
 
@@ -64,12 +64,14 @@ def _half_width(interval: tuple[float, float]) -> float:
 def compare_loo(fits: Mapping[str, FitResult], base: str, *, margin: float = DEFAULT_MARGIN,
                 fixed_a: float | None = None, n_boot: int = 500, level: float = LEVEL, seed: int = 0,
                 seed_fits: Mapping[str, Mapping[int, FitResult]] | None = None, fit_at: float | None = None,
-                target: float | None = None) -> LooComparison:
+                target: float | None = None, min_compute_ratio: float = MIN_COMPUTE_RATIO,
+                min_a_shift: float = MIN_A_SHIFT) -> LooComparison:
     """Compare every run in `fits` (free-A fits of the same protocol, seed-mean curves) with fits[base].
 
     Verdicts: fitting.seeds.seed_verdicts on seed_fits[variant][seed] (the per-seed fits; default: the
     one curve in `fits` as a single seed, which gives no verdict), at fit_at (default: the end of the
-    base's window) and target (default: 2 x fit_at).
+    base's window) and target (default: 2 x fit_at), with the smallest effects a verdict is made on
+    (min_compute_ratio, min_a_shift: seed_verdicts).
     fixed_a: given, or the mean free-fit A of the base and every variant that is not a ceiling mover
     (the paper uses the mean over all runs; a run with another ceiling would drag the common A away from
     the runs whose B is being compared). B* is each run's B refitted at that A, with the bootstrap
@@ -92,7 +94,8 @@ def compare_loo(fits: Mapping[str, FitResult], base: str, *, margin: float = DEF
         for name in fits if len(seed_fits.get(name, {})) == 1}
     verdicts = seed_verdicts({name: seed_fits[name] for name in fits if seed_fits.get(name)}, base,
                              fit_at=fit_at, target=target, within_run_sd=noise, level=level,
-                             a_interval_at_bound={name for name, b in boot.items() if "a_ci_at_bound" in b.flags})
+                             a_interval_at_bound={name for name, b in boot.items() if "a_ci_at_bound" in b.flags},
+                             min_compute_ratio=min_compute_ratio, min_a_shift=min_a_shift)
     movers = {name for name, v in verdicts.items() if v.verdict == CEILING_MOVER}
     if fixed_a is None:
         fixed_a = float(np.mean([fit.a for name, fit in fits.items() if name not in movers]))

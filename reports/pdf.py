@@ -81,10 +81,10 @@ def _title_page(fits):
         + f"; A intervals: residual block bootstrap ({fits.n_boot} draws, 95%);",
         "               >= 2 seeds: the prediction interval adds run-to-run variance and the fits' window-end miss.",
         "Verdicts       paired over seeds (variant - base of the same seed, each seed's own fit; t-intervals at",
-        "               the table-wide level): ceiling mover = the dA interval excludes 0 and every seed's A is",
+        f"               the table-wide level): ceiling mover = the dA interval clears +-{budget.min_a_shift:g} and every seed's A is",
         "               identifiable (no seed-mean A interval at its bound either); efficiency shaper = the",
-        "               compute to reach 50% or 90% of the base's gain differs; else no detectable effect; one",
-        "               seed: no verdict. Details: the 'How sure' page.",
+        f"               compute to reach 50% or 90% of the base's gain differs beyond x{budget.min_compute_ratio:.2f}; else",
+        "               no detectable effect; one seed: no verdict. Details: the 'How sure' page.",
     ]
     with plt.rc_context(figures.STYLE):
         fig = plt.figure(figsize=figures.PAGE)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fitting.seeds import MIN_A_SHIFT, MIN_COMPUTE_RATIO
 from reports import schema
 
 RUN_KEYS = ("run_id", "variant", "axis", "choice", "seed")
@@ -41,6 +42,8 @@ class Budget:
     observed_window: float | None  # relative half-width of the observed window; None: fitting's default
     fit_method: str = "default"  # fitting.fit_sigmoid's method: "default" (continuous) or "paper" (grid)
     fit_weights: str = "compute"  # fitting.fit_sigmoid's weights: "compute" (fitting.point_weights) or "equal"
+    min_compute_ratio: float = MIN_COMPUTE_RATIO  # the smallest effects a verdict is made on (fitting.seeds)
+    min_a_shift: float = MIN_A_SHIFT
 
     @property
     def compute_key(self) -> str:
@@ -87,7 +90,9 @@ def budget_from_meta(meta: Mapping) -> tuple[Budget, list[str]]:
     return Budget(unit=str(unit), burn_in=float(budget.get(schema.BUDGET_BURN_IN) or 0.0), fit_at=float(fit_at),
                   target=float(target), observed_window=None if window is None else float(window),
                   fit_method=str(budget.get(schema.BUDGET_FIT_METHOD) or "default"),
-                  fit_weights=str(budget.get(schema.BUDGET_FIT_WEIGHTS) or "compute")), notes
+                  fit_weights=str(budget.get(schema.BUDGET_FIT_WEIGHTS) or "compute"),
+                  min_compute_ratio=float(budget.get(schema.BUDGET_MIN_COMPUTE_RATIO, MIN_COMPUTE_RATIO)),
+                  min_a_shift=float(budget.get(schema.BUDGET_MIN_A_SHIFT, MIN_A_SHIFT))), notes
 
 
 def flatten_config(data: Mapping, prefix: str = "") -> dict[str, str]:

@@ -173,7 +173,8 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
     if schema.BASE in variants:
         seed_fits = {n: {s: f for s, f in v.seed_fits.items() if f is not None} for n, v in variants.items()}
         comparison = compare_loo({n: v.fit for n, v in variants.items()}, base=schema.BASE, n_boot=n_boot, seed=seed,
-                                 seed_fits=seed_fits, fit_at=budget.fit_at, target=budget.target)
+                                 seed_fits=seed_fits, fit_at=budget.fit_at, target=budget.target,
+                                 min_compute_ratio=budget.min_compute_ratio, min_a_shift=budget.min_a_shift)
     elif variants:
         notes.append("no fitted base run: no deltas and no verdicts")
     # Every run's own fit (the seed fits; a one-seed sweep's variant fit is its run's fit). Its note
@@ -352,6 +353,7 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(schema.LOO_COLUMNS))
     frame["n_points"] = frame["n_points"].astype("Int64")
     frame.attrs.update(caption=fits.caption(), unit=fits.data.budget.unit, target=fits.data.budget.target,
+                       min_compute_ratio=fits.data.budget.min_compute_ratio, min_a_shift=fits.data.budget.min_a_shift,
                        fixed_a=comparison.fixed_a if comparison is not None else math.nan,
                        shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "",
                        noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "")
@@ -492,9 +494,10 @@ def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[
 
 def evidence_note(table: pd.DataFrame) -> str:
     """How to read the evidence block: paired t-intervals at the table-wide level (fitting.seeds.table_level), MDE."""
-    from fitting.seeds import table_level
+    from fitting.seeds import MIN_A_SHIFT, MIN_COMPUTE_RATIO, table_level
 
     tests, level = table_level(int((table["variant"] != schema.BASE).sum()))
+    ratio, shift = table.attrs.get("min_compute_ratio", MIN_COMPUTE_RATIO), table.attrs.get("min_a_shift", MIN_A_SHIFT)
     return (
         "Evidence: each seed pairs a variant's run with the base's run of the same seed (same warm start, prompt "
         "order and sampling seed); an effect is the mean over seeds of variant - base, read from each seed's own fit. "
@@ -502,12 +505,18 @@ def evidence_note(table: pd.DataFrame) -> str:
         f"at {level:.2%} "
         f"each (Bonferroni over the table's {tests} tested effects: dA and the two compute-to-reach ratios of each "
         "of its variants), so a table whose variants have no effect shows any verdict about 5% of the time. "
+        f"A verdict needs more than an interval clear of 0: clear of +-{shift:g} in A and beyond x{ratio:.2f} in "
+        "compute (budget.min_a_shift, budget.min_compute_ratio; by default the prediction margin and the CPU clock's "
+        "~10% reproducibility, within which a ratio can be the clock's); a smaller effect that clears 0 is named in "
+        "the reason, with no verdict. "
         "MDE: the smallest true difference the sweep detects 80% of the time at that "
-        "level; >= marks a lower bound from one seed's within-run noise (no run-to-run variance measured). Verdicts: "
-        "ceiling mover = the dA interval excludes 0 and every seed's A is identifiable (not at a bound, window past "
-        "C_mid; nor may the variant's or the base's seed-mean A interval reach its bound); efficiency shaper = the "
-        "compute to reach 50% or 90% of the base's gain by fit_at differs (faster: less compute; slower: more; "
-        "mixed: one each); no detectable effect = neither, at the MDE shown; no verdict = fewer than 2 seeds.")
+        "level, the margin included; >= marks a lower bound from one seed's within-run noise (no run-to-run variance "
+        "measured). Verdicts: "
+        "ceiling mover = the dA interval clears the margin and every seed's A is identifiable (not at a bound, window "
+        "past C_mid; nor may the variant's or the base's seed-mean A interval reach its bound); efficiency shaper = "
+        "the compute to reach 50% or 90% of the base's gain by fit_at differs beyond the margin (faster: less compute; "
+        "slower: more; mixed: one each); no detectable effect = neither, at the MDE shown; no verdict = fewer than 2 "
+        "seeds.")
 
 
 def low_truncation_text(share) -> str:

@@ -52,6 +52,12 @@ class BudgetSpec:
     # its neighbours; all 1 on an evenly spaced schedule, the paper's), so the early, densely evaluated
     # steps do not outweigh the rest of the window; or "equal" (fitting.point_weights).
     fit_weights: str = "compute"
+    # The smallest effects a verdict is made on (fitting.seeds.seed_verdicts): a compute-to-reach ratio
+    # must lie beyond x min_compute_ratio (or below its inverse), dA beyond +-min_a_shift. 1.10: the CPU
+    # clock reproduces a run within ~10%; with GPU timings (a device held whole) 1.0 is the plain test.
+    # (fitting.seeds.MIN_COMPUTE_RATIO / MIN_A_SHIFT, written out so the spec stays numpy-free.)
+    min_compute_ratio: float = 1.10
+    min_a_shift: float = 0.02
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +147,12 @@ def check_budget(budget: BudgetSpec) -> None:
         raise ConfigError(f"budget.fit_weights: got {budget.fit_weights!r}, expected one of {', '.join(FIT_WEIGHTS)}")
     if not 0 <= budget.observed_window < 1:
         raise ConfigError(f"budget.observed_window: got {budget.observed_window}, expected a fraction in [0, 1)")
+    if not budget.min_compute_ratio >= 1:
+        raise ConfigError(f"budget.min_compute_ratio: got {budget.min_compute_ratio}, expected >= 1 (a ratio such "
+                          "as 1.10 for +-10%; 1 calls any compute difference the intervals clear)")
+    if not budget.min_a_shift >= 0:
+        raise ConfigError(f"budget.min_a_shift: got {budget.min_a_shift}, expected >= 0 (0 calls any dA the "
+                          "intervals clear)")
 
 
 def check_name(name: str) -> None:

@@ -295,6 +295,10 @@ def check_total_batch(spec: TuneSpec, params: list[ParamSpec]) -> None:
 def check_tune_values(spec: TuneSpec) -> None:
     check_name(spec.name)
     check_budget(spec.budget)
+    for key in ("min_compute_ratio", "min_a_shift"):  # shared with the sweep's budget; tune makes no verdicts
+        if getattr(spec.budget, key) != getattr(BudgetSpec(), key):
+            raise ConfigError(f"budget.{key}: tune ranks trials by their prediction and makes no LOO verdicts, so "
+                              "this key would do nothing; remove it (it belongs in a `sweep run` spec)")
     check_executor(spec.executor)
     if spec.objective.metric not in OBJECTIVES:
         raise ConfigError(f"objective.metric: got {spec.objective.metric!r}, expected one of {', '.join(OBJECTIVES)}")

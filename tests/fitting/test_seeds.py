@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from fitting import fit_sigmoid, sigmoid_curve
-from fitting.seeds import (compute_to_reach, held_out_interval, paired_difference_sd, paired_effects, reach_levels,
-                           seed_verdicts)
+from fitting.seeds import (MIN_COMPUTE_RATIO, compute_to_reach, held_out_interval, paired_difference_sd,
+                           paired_effects, reach_levels, seed_verdicts)
+from fitting.validate import FitInputError
 
 COMPUTE = np.arange(0.0, 16001.0, 200.0)
 R0, FIT_AT, TARGET = 0.3, 8000.0, 16000.0
@@ -68,7 +69,8 @@ def test_one_seed_gives_no_verdict_and_an_mde_lower_bound():
         from scipy import stats
 
         z = stats.norm.ppf(1 - 0.05 / (3 * 4) / 2)  # Bonferroni over the table's 3 x 4 tested effects
-        assert a.mde == pytest.approx((z + stats.norm.ppf(0.8)) * math.hypot(0.01, 0.01), rel=1e-6)
+        # the smallest A shift a verdict is made on (0.02) plus what the noise hides
+        assert a.mde == pytest.approx(0.02 + (z + stats.norm.ppf(0.8)) * math.hypot(0.01, 0.01), rel=1e-6)
         assert f"MDE: A ≥{a.mde:.3f}" in v.reason
 
 
@@ -88,6 +90,36 @@ def test_paired_effect_interval_uses_the_two_way_residual_sd_and_t():
     assert (effects["x"].low, effects["x"].high) == pytest.approx((0.4 - half, 0.4 + half))
     assert effects["x"].significant and not effects["y"].significant
     assert effects["x"].mde == pytest.approx((stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * sd / math.sqrt(3))
+
+
+def test_an_effect_must_clear_its_margin_not_only_zero():
+    values = {"base": {0: 0.0, 1: 0.0, 2: 0.0}, "x": {0: 0.05, 1: 0.06, 2: 0.07}, "y": {0: 0.0, 1: 0.01, 2: -0.01}}
+    plain = paired_effects(values, "base", "A")["x"]
+    assert plain.significant and not plain.inside_margin and plain.low > 0
+    held = paired_effects(values, "base", "A", margin=0.1)["x"]
+    assert (held.low, held.high) == (plain.low, plain.high)  # the same interval, a higher bar
+    assert held.low < 0.1 and not held.significant and held.inside_margin
+    assert held.mde == pytest.approx(plain.mde + 0.1)
+    assert paired_effects(values, "base", "A", margin=0.01)["x"].significant  # clears 0.01
+    with pytest.raises(FitInputError, match="margin"):
+        paired_effects(values, "base", "A", margin=-0.1)
+
+
+def test_a_compute_ratio_inside_the_clocks_tolerance_is_shown_but_not_called():
+    # A variant 6% cheaper to every level (C_mid x0.94): clear of 0 with precise curves, but under the
+    # x1.10 a verdict is made on. The plain test (ratio 1) calls it faster; the default reports it.
+    fits = {name: {s: run(a, b, c_mid, seed=300 + 10 * i + s, run_sd=0.001, point_sd=0.002) for s in range(3)}
+            for i, (name, (a, b, c_mid)) in enumerate({"base": BASE, "cheaper": (0.61, 1.92, 0.94 * 2542.0),
+                                                        "same": BASE}.items())}
+    plain = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET, min_compute_ratio=1.0, min_a_shift=0.0)
+    assert (plain["cheaper"].verdict, plain["cheaper"].direction) == ("efficiency shaper", "faster")
+    held = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET)["cheaper"]
+    assert held.verdict == "no detectable effect"
+    reach = held.effects["reach_50"]
+    assert reach.inside_margin and math.exp(reach.high) > 1 / MIN_COMPUTE_RATIO
+    assert "under the smallest effect called (A 0.02, compute x1.10)" in held.reason
+    with pytest.raises(FitInputError, match="min_compute_ratio"):
+        seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET, min_compute_ratio=0.9)
 
 
 def test_paired_difference_sd_drops_missing_cells_from_the_two_way_fit():

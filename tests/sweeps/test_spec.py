@@ -118,3 +118,18 @@ def test_budget_fit_weights_is_checked():
     assert spec_from_dict({**data, "budget": budget}, "spec.yaml").budget.fit_weights == "compute"
     assert spec_from_dict({**data, "budget": {**budget, "fit_weights": "equal"}},
                           "spec.yaml").budget.fit_weights == "equal"
+
+
+def test_verdict_margins_are_checked_and_default_to_fittings():
+    from fitting.seeds import MIN_A_SHIFT, MIN_COMPUTE_RATIO
+    from sweeps.spec import spec_from_dict
+
+    budget = {"fit_at": 10, "target": 20}
+    spec = spec_from_dict({"name": "t", "budget": budget}, "spec.yaml")
+    assert (spec.budget.min_compute_ratio, spec.budget.min_a_shift) == (MIN_COMPUTE_RATIO, MIN_A_SHIFT)
+    with pytest.raises(ConfigError, match=r"budget\.min_compute_ratio: got 0\.9, expected >= 1"):
+        spec_from_dict({"name": "t", "budget": {**budget, "min_compute_ratio": 0.9}}, "spec.yaml")
+    with pytest.raises(ConfigError, match=r"budget\.min_a_shift: got -0\.01, expected >= 0"):
+        spec_from_dict({"name": "t", "budget": {**budget, "min_a_shift": -0.01}}, "spec.yaml")
+    plain = spec_from_dict({"name": "t", "budget": {**budget, "min_compute_ratio": 1, "min_a_shift": 0}}, "spec.yaml")
+    assert (plain.budget.min_compute_ratio, plain.budget.min_a_shift) == (1.0, 0.0)

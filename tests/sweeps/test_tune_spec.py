@@ -152,3 +152,13 @@ def test_the_shipped_tune_spec_varies_g_at_a_fixed_batch():
 def test_a_total_batch_that_cannot_hold_fails_naming_the_key(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=message):
         load_tune_spec(write(tmp_path, **{**FIXED_BATCH, **changes}))
+
+
+def test_tune_refuses_the_verdict_margins_it_would_not_use(tmp_path):
+    from sweeps.tune_spec import load_tune_spec
+
+    text = (Path(__file__).resolve().parents[2] / "sweeps" / "tune.yaml").read_text()
+    spec_file = tmp_path / "tune.yaml"
+    spec_file.write_text(text.replace("budget:\n", "budget:\n  min_compute_ratio: 1.2\n", 1))
+    with pytest.raises(ConfigError, match=r"budget\.min_compute_ratio: tune ranks trials .* remove it"):
+        load_tune_spec(spec_file)
