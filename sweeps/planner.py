@@ -63,7 +63,17 @@ def differing_paths(first: RecipeConfig, second: RecipeConfig) -> list[str]:
 
 
 def plan_sweep(spec: SweepSpec) -> list[Job]:
-    """Every job of the sweep, base first, in a stable order (axes in spec order, then seeds)."""
+    """Every job of the sweep in run order: seed by seed, each seed's base first, then its variants (axes in
+    spec order).
+
+    Why seed-major: on a shared machine the compute clock drifts over a sweep (two demos on one 2-core
+    machine: CPU-seconds per step of recipes with the same cost spread 0.46-0.53 in one, and
+    ppo_off_policy's read 0.48 in one run and 0.52 in the next; BENCHMARKS.md, "Verdicts beyond the
+    clock's tolerance"). Run recipe by recipe, a recipe's seeds run back to back and share that
+    drift, which then passes for a recipe effect that seed pairing cannot remove; seed by seed, a
+    recipe's runs lie apart, so drift across the sweep becomes a seed effect (paired away) and drift
+    within a seed's block run-to-run noise (in the intervals).
+    """
     source = base_source(spec)
     runs_dir = output_dir(spec) / "runs"
     common = [("overrides", spec.overrides)] if spec.overrides else []
@@ -97,7 +107,7 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
         check_cores(spec, planned)
         check_gpus(spec, planned)
     check_engines(spec, jobs)
-    return jobs
+    return sorted(jobs, key=lambda planned: spec.seeds.index(planned.seed))  # stable: base, then axes, per seed
 
 
 def check_engines(spec: SweepSpec, jobs: list[Job]) -> None:

@@ -36,7 +36,10 @@ def test_shipped_loo_plan_matches_the_golden_list_and_each_variant_changes_one_a
     jobs = plan_sweep(spec)
     base = {job.seed: job for job in jobs if job.axis == BASE}
     got = [(job.axis, job.choice, differing_paths(base[job.seed].recipe, job.recipe)) for job in jobs]
-    assert got == [entry for entry in GOLDEN_LOO for _ in spec.seeds]
+    assert got == [entry for _ in spec.seeds for entry in GOLDEN_LOO]
+    # run order is seed by seed (each seed's base first), so a recipe's seeds do not run back to back
+    # and a drifting clock cannot pass for a recipe effect (planner.plan_sweep)
+    assert [job.seed for job in jobs] == [seed for seed in spec.seeds for _ in GOLDEN_LOO]
     for job in jobs:
         # every differing path lies under exactly one top-level field: the job's axis
         assert {path.split(".")[0] for path in differing_paths(base[job.seed].recipe, job.recipe)} <= {job.axis}
@@ -58,9 +61,9 @@ def spec(**changes):
 def test_seeds_multiply_every_variant_and_overrides_reach_every_job():
     jobs = plan_sweep(spec(overrides={"max_steps": 7}, axes={"loss": ["dapo", "gspo"]}))
     assert [(job.variant, job.seed) for job in jobs] == [
-        ("base", 0), ("base", 1), ("loss=dapo", 0), ("loss=dapo", 1), ("loss=gspo", 0), ("loss=gspo", 1)]
+        ("base", 0), ("loss=dapo", 0), ("loss=gspo", 0), ("base", 1), ("loss=dapo", 1), ("loss=gspo", 1)]
     assert {job.recipe.max_steps for job in jobs} == {7}
-    assert differing_paths(jobs[0].recipe, jobs[1].recipe) == ["seed"]
+    assert differing_paths(jobs[0].recipe, jobs[3].recipe) == ["seed"]  # base, seed 0 and seed 1
 
 
 def test_a_choice_equal_to_the_base_is_rejected():
@@ -86,7 +89,7 @@ def test_sweep_plan_prints_the_table_without_importing_torch():
     assert lines[0].split() == ["id", "axis", "choice", "seed", "engine", "resources"]
     job_lines = [line for line in lines[1:] if re.fullmatch(r"[0-9a-f]{12}", line.split(" ")[0])]
     seeds = len(load_spec(LOO).seeds)
-    assert [line.split()[1] for line in job_lines] == [axis for axis, _, _ in GOLDEN_LOO for _ in range(seeds)]
+    assert [line.split()[1] for line in job_lines] == [axis for _ in range(seeds) for axis, _, _ in GOLDEN_LOO]
     assert f"{len(GOLDEN_LOO) * seeds} jobs: {len(GOLDEN_LOO)} variants x {seeds} seed(s); executor local" in result.stdout
 
 
@@ -122,7 +125,7 @@ def test_a_sweep_mixing_engines_is_refused_unless_the_spec_allows_it():
         plan_sweep(spec(overrides=native_base, axes={"engine": "trl"}))
     jobs = plan_sweep(spec(overrides=native_base, axes={"engine": "trl"}, allow_mixed_engines=True))
     assert [(job.variant, job.recipe.engine.name) for job in jobs] == [
-        ("base", "native"), ("base", "native"), ("engine=trl", "trl"), ("engine=trl", "trl")]
+        ("base", "native"), ("engine=trl", "trl"), ("base", "native"), ("engine=trl", "trl")]
 
 
 def test_a_variant_trl_cannot_run_fails_at_plan_time_naming_the_axis_and_the_fix():
