@@ -24,6 +24,15 @@ def slurm_states(job_ids: list[str]) -> dict[str, str]:
 
 
 def cancel_slurm_jobs(job_ids: list[str]) -> None:
+    """Stop the jobs now: SIGINT to their running steps, then scancel.
+
+    Why SIGINT first: scancel alone sends SIGTERM, which submitit's job processes ignore (SLURM also
+    sends it before a preemption), and SIGKILL only KillWait later (30 s by default), so a cancelled
+    job went on training, or even finished, in between. SIGINT stops the training process at once, as
+    `sweep cancel` does for local jobs; checkpoints are replaced atomically, so nothing is lost. A
+    pending job has no step to signal (scancel says so and exits non-zero): the plain scancel ends it.
+    """
     ids = [job_id for job_id in job_ids if job_id]
     if ids:
+        subprocess.run(["scancel", "--signal=INT", *ids], capture_output=True, timeout=30)
         subprocess.run(["scancel", *ids], check=True, timeout=30)

@@ -245,6 +245,9 @@ def distributions(spec: TuneSpec) -> dict[str, Any]:
 
 # What must not change between runs of one study: a trial's meaning depends on all of it.
 STUDY_IDENTITY = ("base", "overrides", "seed", "space", "objective", "budget", "total_batch")
+# Budget keys that only LOO verdicts read (tune refuses any value but the default): left out of the
+# identity, so a study begun before they existed still resumes.
+VERDICT_ONLY_BUDGET_KEYS = ("min_compute_ratio", "min_a_shift")
 
 
 def write_tune_files(spec: TuneSpec, tune_dir: Path, storage: str) -> None:
@@ -257,6 +260,8 @@ def write_tune_files(spec: TuneSpec, tune_dir: Path, storage: str) -> None:
     source = base_source(spec)
     frozen["base"] = "scalerl" if source is None else str(source.resolve())
     identity = {key: frozen[key] for key in STUDY_IDENTITY}
+    identity["budget"] = {key: value for key, value in identity["budget"].items()
+                          if key not in VERDICT_ONLY_BUDGET_KEYS}
     path = tune_dir / TUNE_FILE
     if path.exists():
         previous = json.loads(path.read_text())

@@ -104,7 +104,9 @@ def test_a_time_limit_requeues_and_the_job_resumes_to_the_same_curve(tmp_path, s
 
 
 def test_scancel_then_sweep_run_resumes_from_the_checkpoint(tmp_path, slurm_cluster):
-    spec, out = write_spec(tmp_path, "slurm", target=3200)  # 200 steps: still running when cancelled
+    # 200 steps: still running when cancelled (cancel_slurm_jobs stops them with SIGINT at once; scancel
+    # alone left them KillWait to go on, and on a fast CPU they finished in it)
+    spec, out = write_spec(tmp_path, "slurm", target=3200)
     driver = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 300

@@ -252,6 +252,9 @@ def test_fixed_batch_trials_resume_in_their_run_dirs_and_a_changed_total_batch_i
     tune_file.write_text(json.dumps(frozen))
     write_tune_files(fixed_batch_spec(tmp_path, None), out, "sqlite:///unused.db")
     assert json.loads(tune_file.read_text())["identity"]["total_batch"] is None
+    # Budget keys that only LOO verdicts read are not part of a study's identity, so a study written
+    # before they existed resumes.
+    assert not {"min_compute_ratio", "min_a_shift"} & set(json.loads(tune_file.read_text())["identity"]["budget"])
 
 
 # --- honest pruning intervals (issue 17) -------------------------------------------------------------
