@@ -45,7 +45,7 @@ from sweeps.progress import PASS_RATE_KEY, compute_key, format_duration
 from sweeps.runner import Display, machine_description, sweep_job_recipe
 from sweeps.spec import base_source, output_dir
 from sweeps.state import is_done, is_locked, read_state, stop_run, write_json_atomic, write_state
-from sweeps.tune_spec import TuneSpec, coupled_params, trial_recipe
+from sweeps.tune_spec import VERDICT_ONLY_BUDGET_KEYS, TuneSpec, coupled_params, trial_recipe
 
 RUNNING, COMPLETE, PRUNED, FAILED = "running", "complete", "pruned", "failed"
 PRUNED_FILE = "pruned.json"
@@ -245,9 +245,6 @@ def distributions(spec: TuneSpec) -> dict[str, Any]:
 
 # What must not change between runs of one study: a trial's meaning depends on all of it.
 STUDY_IDENTITY = ("base", "overrides", "seed", "space", "objective", "budget", "total_batch")
-# Budget keys that only LOO verdicts read (tune refuses any value but the default): left out of the
-# identity, so a study begun before they existed still resumes.
-VERDICT_ONLY_BUDGET_KEYS = ("min_compute_ratio", "min_a_shift")
 
 
 def write_tune_files(spec: TuneSpec, tune_dir: Path, storage: str) -> None:
@@ -260,6 +257,7 @@ def write_tune_files(spec: TuneSpec, tune_dir: Path, storage: str) -> None:
     source = base_source(spec)
     frozen["base"] = "scalerl" if source is None else str(source.resolve())
     identity = {key: frozen[key] for key in STUDY_IDENTITY}
+    # Left out, so a study begun before these keys existed still resumes (tune allows only their defaults).
     identity["budget"] = {key: value for key, value in identity["budget"].items()
                           if key not in VERDICT_ONLY_BUDGET_KEYS}
     path = tune_dir / TUNE_FILE

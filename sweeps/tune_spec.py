@@ -292,10 +292,15 @@ def check_total_batch(spec: TuneSpec, params: list[ParamSpec]) -> None:
                           "or another total_batch")
 
 
+# Budget keys shared with a sweep spec that only LOO verdicts read: tune makes no verdicts, so it refuses
+# any value but the default (check_tune_values) and leaves them out of a study's identity (tune.py).
+VERDICT_ONLY_BUDGET_KEYS = ("min_compute_ratio", "min_a_shift")
+
+
 def check_tune_values(spec: TuneSpec) -> None:
     check_name(spec.name)
     check_budget(spec.budget)
-    for key in ("min_compute_ratio", "min_a_shift"):  # shared with the sweep's budget; tune makes no verdicts
+    for key in VERDICT_ONLY_BUDGET_KEYS:
         if getattr(spec.budget, key) != getattr(BudgetSpec(), key):
             raise ConfigError(f"budget.{key}: tune ranks trials by their prediction and makes no LOO verdicts, so "
                               "this key would do nothing; remove it (it belongs in a `sweep run` spec)")
