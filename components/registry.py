@@ -9,6 +9,8 @@ config always states every parameter.
 from __future__ import annotations
 
 import inspect
+import math
+import re
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
@@ -36,7 +38,27 @@ def require(condition: bool, parameter: str, value: Any, expected: str) -> None:
 
 
 def describe_value(value: Any) -> str:
-    return f"{value!r} ({type(value).__name__})"
+    """A value as an error shows it: its repr and type; a long or multi-line one by its type and size only.
+
+    Values are shown at keys the schema knows (the user typed them there); anything longer than a
+    config value, a file pasted where a path belongs, say, is not echoed.
+    """
+    text = repr(value)
+    if len(text) > 60 or "\\n" in text:
+        size = f"{len(value)} items" if isinstance(value, (list, tuple, dict)) else f"{len(text)} characters"
+        return f"a {type(value).__name__} of {size} (not shown)"
+    return f"{text} ({type(value).__name__})"
+
+
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,47}")
+
+
+def shown_key(key: Any) -> str:
+    """A key as an error shows it: a name (letters, digits, '_', '.') as is; anything else is not echoed.
+
+    A key that is not a name is another file's content (a passwd line, a `.env` secret) read as YAML.
+    """
+    return str(key) if isinstance(key, str) and NAME.fullmatch(key) else "a key that is not a name (not shown)"
 
 
 def check_value_type(value: Any, annotation: Any, path: str) -> None:
@@ -84,14 +106,15 @@ def check_value_type(value: Any, annotation: Any, path: str) -> None:
         ok = isinstance(value, bool)
     elif annotation is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
-    elif annotation is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif annotation is float:  # NaN and inf are never a setting (`target: .inf` would train forever)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     elif annotation is str:
         ok = isinstance(value, str)
     else:
         raise TypeError(f"{path}: unsupported annotation {annotation!r} in a config schema")
     if not ok:
-        raise ConfigError(f"{path}: got {describe_value(value)}, expected {type_name(annotation)}")
+        finite = " (finite)" if annotation is float and isinstance(value, float) else ""
+        raise ConfigError(f"{path}: got {describe_value(value)}, expected {type_name(annotation)}{finite}")
 
 
 def type_name(annotation: Any) -> str:
@@ -122,6 +145,7 @@ class Registry(Generic[T]):
         self.axis = axis
         self.base = base
         self._classes: dict[str, type[T]] = {}
+        self._parameters: dict[str, dict[str, inspect.Parameter]] = {}
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def decorator(cls: type[T]) -> type[T]:
@@ -149,7 +173,12 @@ class Registry(Generic[T]):
         return self._classes[name]
 
     def parameters(self, name: str) -> dict[str, inspect.Parameter]:
-        """Constructor parameters of a component, with their annotations resolved to types."""
+        """Constructor parameters of a component, with their annotations resolved to types (computed once)."""
+        if name not in self._parameters:
+            self._parameters[name] = self._signature(name)
+        return self._parameters[name]
+
+    def _signature(self, name: str) -> dict[str, inspect.Parameter]:
         cls = self.get(name)
         if cls.__init__ is object.__init__:
             return {}
@@ -177,7 +206,7 @@ class Registry(Generic[T]):
         for key in spec:
             if key != "name" and key not in params:
                 valid = ", ".join(params) or "none"
-                raise ConfigError(f"{path}.{key}: unknown parameter of {self.axis} {name!r}; its parameters: {valid}")
+                raise ConfigError(f"{path}.{shown_key(key)}: unknown parameter of {self.axis} {name!r}; its parameters: {valid}")
         for key, param in params.items():
             if key in spec:
                 value = spec[key]

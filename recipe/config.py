@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -26,10 +27,12 @@ from typing import Any, Dict
 from omegaconf import OmegaConf
 
 from components import REGISTRIES
-from components.registry import ConfigError, check_value_type, describe_value
+from components.registry import ConfigError, check_value_type, describe_value, shown_key
 from recipe.engines.support import check_engine
 from recipe.run_config import (
     EVAL_DRAWS,
+    MODEL_DTYPES,
+    TASK_NAMES,
     CheckpointConfig,
     EngineConfig,
     EvalConfig,
@@ -93,8 +96,12 @@ def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) ->
 
 
 def merge_layer(current: dict[str, Any], layer: Mapping[str, Any], path: str = "") -> dict[str, Any]:
-    """Recursively merge `layer` into a copy of `current` (axes merge by component name)."""
-    merged = copy.deepcopy(current)
+    """Recursively merge `layer` into a copy of `current` (axes merge by component name).
+
+    Sections the layer does not touch are shared with `current`, not copied: no dict here is ever
+    changed in place, and a plan merges one layer per job over the same base.
+    """
+    merged = dict(current)
     for key, value in layer.items():
         key_path = f"{path}{key}"
         if not path and key in AXES:
@@ -119,8 +126,8 @@ def check_section(data: Any, schema: type, path: str, checked: Collection[str] =
     prefix = f"{path}." if path else ""
     for key in data:
         if key not in fields:
-            raise ConfigError(f"{prefix}{short_key(key)}: unknown key; valid keys here: {', '.join(fields)}")
-    hints = typing.get_type_hints(schema)
+            raise ConfigError(f"{prefix}{shown_key(key)}: unknown key; valid keys here: {', '.join(fields)}")
+    hints = field_types(schema)
     for name, field in fields.items():
         if name not in data:
             required = field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
@@ -133,6 +140,7 @@ def check_section(data: Any, schema: type, path: str, checked: Collection[str] =
             check_value_type(data[name], hints[name], f"{prefix}{name}")
 
 
+MAX_SEED = 2**32 - 1
 # Ranges of the numeric run settings, checked at load time (a bad value names its key, not a crash
 # an hour into a run). path -> (lowest, highest, whether the lowest is allowed).
 RANGES: dict[str, tuple[float, float, bool]] = {
@@ -157,11 +165,13 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "eval.seed": (0, math.inf, True),
     "checkpoint.every_steps": (1, math.inf, True),
     "max_steps": (0, math.inf, True), "engine.num_processes": (1, math.inf, True),
+    # Seeds feed numpy and Python generators as well as torch's: numpy takes 0 <= seed < 2^32.
+    **{key: (0, MAX_SEED, True) for key in ("seed", "warm_start.seed", "task.data_seed", "eval.seed")},
 }
 
 
 # The string run settings with a fixed set of values (component names are checked by their registries).
-CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS}
+CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS, "task.name": TASK_NAMES, "model.dtype": MODEL_DTYPES}
 
 
 def check_ranges(data: Mapping[str, Any]) -> None:
@@ -181,6 +191,46 @@ def check_ranges(data: Mapping[str, Any]) -> None:
     if flat.get("task.max_digits", 1) < flat.get("task.min_digits", 1):
         raise ConfigError(f"task.max_digits: got {flat['task.max_digits']!r}, expected >= task.min_digits "
                           f"({flat['task.min_digits']!r})")
+    check_model_and_task(flat)
+
+
+# The embedded model's shape a job could not build or hold: its widths must split into heads, and its
+# parameters must stay far below any one machine's memory (the weights, gradients and AdamW moments
+# of 10^10 parameters are 160 GB). Checked before anything is allocated.
+MAX_EMBEDDED_PARAMETERS = 10**10
+
+
+def embedded_parameters(flat: Mapping[str, Any], vocabulary: int = 200) -> int:
+    """Parameters of the embedded llama-style model (recipe/model.py): embedding and head, then per layer
+    4 h^2 (attention) + 3 h ff (gated MLP) + 2 h (norms); the testbed's tokenizer has ~100 tokens."""
+    h, ff, layers = flat["model.hidden_size"], flat["model.intermediate_size"], flat["model.num_layers"]
+    return 2 * vocabulary * h + layers * (4 * h * h + 3 * h * ff + 2 * h) + h
+
+
+def check_model_and_task(flat: Mapping[str, Any]) -> None:
+    """Cross-field rules of model and task that a job would otherwise hit only after building them."""
+    if flat.get("model.path") == "embedded" and "model.hidden_size" in flat:
+        hidden, heads = flat["model.hidden_size"], flat["model.num_heads"]
+        if hidden % heads:
+            raise ConfigError(f"model.num_heads: got {heads}, expected a divisor of model.hidden_size ({hidden}): "
+                              "each head takes hidden_size / num_heads dimensions")
+        parameters = embedded_parameters(flat)
+        if parameters > MAX_EMBEDDED_PARAMETERS:
+            raise ConfigError(f"model.hidden_size: the embedded model of hidden_size {hidden}, intermediate_size "
+                              f"{flat['model.intermediate_size']} and num_layers {flat['model.num_layers']} has "
+                              f"{parameters:.2e} parameters, over the {MAX_EMBEDDED_PARAMETERS:.0e} any one machine "
+                              "holds for training; use a smaller shape")
+    if flat.get("task.name") == "jsonl" and not flat.get("task.train_path"):
+        raise ConfigError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
+    if flat.get("task.name") == "embedded" and "task.max_digits" in flat:
+        from recipe.tasks import count_addition_problems
+
+        needed = flat["task.train_size"] + flat["task.validation_size"]
+        available = count_addition_problems(flat["task.min_digits"], flat["task.max_digits"])
+        if needed > available:
+            raise ConfigError(f"task.train_size: train_size + validation_size = {needed}, but operands of "
+                              f"{flat['task.min_digits']}..{flat['task.max_digits']} digits give only {available} "
+                              "distinct problems with a carry; lower them or raise task.max_digits")
 
 
 INTERPOLATION_FIX = "interpolation is not supported; write the value literally"
@@ -230,48 +280,66 @@ def yaml_error_line(error: Exception) -> str:
 
 
 def load_yaml_file(path: str | Path, what: str) -> dict[str, Any]:
-    """A YAML file as a plain mapping, nothing resolved; every problem is one ConfigError line naming the file.
+    """A YAML file as a plain mapping, nothing resolved; every problem is one ConfigError line naming the file."""
+    return to_plain(read_yaml_value(path, what), str(path))
+
+
+def read_yaml_value(path: str | Path, what: str) -> Any:
+    """The plain value a YAML file holds (None when empty), nothing resolved; a file that cannot be read as
+    YAML is one ConfigError line naming the file.
 
     `what` names the expected file ("recipe file", "sweep spec") in the errors. Shared by recipes,
-    sweep specs and tune specs, so all of them refuse interpolation the same way.
+    sweep specs and tune specs, so all of them refuse interpolation the same way. Read by
+    recipe.config_yaml (safe YAML, bounded size and alias expansion).
     """
+    from recipe.config_yaml import MAX_BYTES, load_config_yaml
+
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory; expected a {what} (a YAML file)")
     if not path.is_file():
-        raise ConfigError(f"{path}: no such {what}")
+        raise ConfigError(f"{path}: no such {what}" if not path.exists() else
+                          f"{path}: not a regular file; expected a {what} (a YAML file)")
     try:
-        raw = OmegaConf.load(path)
+        if path.stat().st_size > MAX_BYTES:
+            raise ConfigError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_BYTES:,} a {what} may hold; "
+                              f"is it a {what}?")
+        raw = load_config_yaml(path.read_bytes().decode("utf-8"))
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the {what}: {error.strerror or error}") from None
-    except Exception as error:  # yaml.YAMLError and OmegaConf's own errors: report where and why
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML for a {what}: nested too deeply") from None
+    except ConfigError:
+        raise
+    except Exception as error:  # yaml.YAMLError, UnicodeDecodeError: report where and why
         raise ConfigError(f"{path}: {yaml_error_line(error)}") from None
-    return to_plain(raw, str(path))
+    return raw
 
 
-def short_key(key: Any) -> str:
-    """A key as printed in an error: long or multi-line keys (a file that is not YAML config) cut short."""
-    text = str(key)
-    return text if len(text) <= 40 and text.isprintable() else repr(text[:30]) + "..."
+def load_config_file(path: str | Path, what: str, kind: str, fields: Sequence[str]) -> dict[str, Any]:
+    """A config YAML (recipe, sweep spec, tune spec) as a plain mapping; a file that is not one is refused whole.
+
+    Not one: a top-level key that is not a name (another kind of file that happens to parse as YAML,
+    e.g. /etc/passwd or a `.env` file), or several keys none of which is one of `fields` (a recipe
+    given where a spec belongs, say). One misspelt key is left to check_section, which names it and
+    the valid keys. Neither the file's keys nor its values are echoed: they are not known to be config.
+    """
+    value = read_yaml_value(path, what)
+    if value is not None and not isinstance(value, dict):  # a passwd file or a `.env` file reads as one string
+        raise ConfigError(f"{path}: not a {kind} YAML (a mapping of {kind} keys: {', '.join(fields)}); it holds a "
+                          f"{type(value).__name__} at the top level")
+    data = to_plain(value, str(path))
+    not_names = [key for key in data if not (isinstance(key, str) and key.replace(".", "_").isidentifier())]
+    if not_names or (len(data) >= 2 and not any(key in fields for key in data)):
+        found = (f"{len(not_names)} of its {len(data)} top-level keys are not names" if not_names else
+                 f"none of its {len(data)} top-level keys is one of them")
+        raise ConfigError(f"{path}: not a {kind} YAML (a mapping of {kind} keys: {', '.join(fields)}); {found}")
+    return data
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A recipe YAML as a plain mapping; a file that is not one is refused as a whole.
-
-    Not a recipe: a top-level key that is not a name (another kind of file that happens to parse as
-    YAML, e.g. /etc/passwd), or several keys none of which is a recipe key (a sweep spec, say). One
-    misspelt key is left to check_section, which names it and the valid keys.
-    """
-    data = load_yaml_file(path, "recipe file")
-    fields = [field.name for field in dataclasses.fields(RecipeConfig)]
-    not_names = [key for key in data if not (isinstance(key, str) and key.replace(".", "_").isidentifier())]
-    if not_names or (len(data) >= 2 and not any(key in fields for key in data)):
-        # Keys that are not names are another file's content (a passwd line, say): never echoed.
-        found = (f"{len(not_names)} of its top-level keys are not names" if not_names else
-                 "its top-level keys are: " + ", ".join(short_key(key) for key in list(data)[:5])
-                 + (", ..." if len(data) > 5 else ""))
-        raise ConfigError(f"{path}: not a recipe YAML (a mapping of recipe keys: {', '.join(fields)}); {found}")
-    return data
+    """A recipe YAML as a plain mapping; a file that is not one is refused as a whole (load_config_file)."""
+    return load_config_file(path, "recipe file", "recipe", [field.name for field in dataclasses.fields(RecipeConfig)])
 
 
 def parse_overrides(overrides: Sequence[str]) -> dict[str, Any]:
@@ -301,13 +369,69 @@ def apply_layer(base: Mapping[str, Any], layer: Mapping[str, Any], source: str) 
 
 
 def from_dict(data: Mapping[str, Any]) -> RecipeConfig:
-    """A checked plain dict -> the frozen RecipeConfig (through OmegaConf's structured config)."""
-    structured = OmegaConf.merge(OmegaConf.structured(RecipeConfig), data)
-    return OmegaConf.to_object(structured)
+    """A checked plain dict -> the frozen RecipeConfig (fields it leaves out keep their defaults)."""
+    return build_dataclass(RecipeConfig, data)
+
+
+@functools.lru_cache(maxsize=None)
+def field_types(schema: type) -> dict[str, Any]:
+    return typing.get_type_hints(schema)
+
+
+def build_dataclass(schema: type, data: Mapping[str, Any]) -> Any:
+    """A config dataclass from a dict already checked against it (check_section), as OmegaConf's structured
+    merge would give it: an int at a float field becomes a float (so `lr: 1` and `lr: 1.0` are one
+    config and one run id), a list at a tuple field a tuple; mappings (component specs) are copied.
+
+    Built directly, not through OmegaConf: a plan composes a recipe per job, and OmegaConf's merge
+    cost ~50 ms a job (8 minutes for a spec of 10,000 jobs).
+    """
+    values = {}
+    for name, kind, hint in field_kinds(schema):
+        if name not in data:
+            continue
+        value = data[name]
+        if kind == "dataclass":
+            value = build_dataclass(hint, value)
+        elif kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif kind == "tuple":
+            value = tuple(value)
+        elif isinstance(value, (Mapping, list)):
+            value = copy.deepcopy(value)
+        values[name] = value
+    return schema(**values)
+
+
+@functools.lru_cache(maxsize=None)
+def field_kinds(schema: type) -> tuple[tuple[str, str, Any], ...]:
+    """(name, kind, type) per field of a config dataclass: kind is how build_dataclass converts its value."""
+    kinds = []
+    for field in dataclasses.fields(schema):
+        hint = field_types(schema)[field.name]
+        options = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
+        kind = ("dataclass" if dataclasses.is_dataclass(hint) else "float" if float in options
+                else "tuple" if typing.get_origin(hint) is tuple else "other")
+        kinds.append((field.name, kind, hint))
+    return tuple(kinds)
 
 
 def to_dict(config: RecipeConfig) -> dict[str, Any]:
     return dataclasses.asdict(config)
+
+
+def flatten_fields(value: Any, prefix: str = "") -> dict[str, Any]:
+    """flatten_config(to_dict(value)) without copying anything: dataclass fields and mappings are walked in
+    place (run_id runs once per planned job; asdict's deep copy was most of a plan's time)."""
+    flat: dict[str, Any] = {}
+    items = ((name, getattr(value, name)) for name in value.__dataclass_fields__) \
+        if hasattr(value, "__dataclass_fields__") else value.items()
+    for key, item in items:
+        if hasattr(item, "__dataclass_fields__") or isinstance(item, Mapping):
+            flat.update(flatten_fields(item, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = item
+    return flat
 
 
 def flatten_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -321,18 +445,34 @@ def flatten_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def compose_recipe(source: str | Path | None, layers: Sequence[tuple[str, Mapping[str, Any]]]) -> RecipeConfig:
-    """ScaleRL base <- YAML file `source` (None: the base alone) <- each (name, dict) layer in order.
+def compose_data(source: str | Path | None, layers: Sequence[tuple[str, Mapping[str, Any]]],
+                 start: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The checked recipe dict of ScaleRL base <- YAML file `source` <- each (name, dict) layer in order.
 
-    Every layer is checked as it is applied; errors are prefixed with the layer's name.
+    `start`: a dict this function returned before, to layer over instead of base and source (a plan
+    composes its overrides once, then each variant over them).
     """
     from recipe.scalerl import SCALERL
 
-    data = to_dict(SCALERL)
-    if source is not None:
-        data = apply_layer(data, read_yaml(source), str(source))
+    if start is not None:
+        data = dict(start)
+    else:
+        data = to_dict(SCALERL)
+        if source is not None:
+            data = apply_layer(data, read_yaml(source), str(source))
     for name, layer in layers:
         data = apply_layer(data, layer, name)
+    return data
+
+
+def compose_recipe(source: str | Path | None, layers: Sequence[tuple[str, Mapping[str, Any]]],
+                   start: Mapping[str, Any] | None = None) -> RecipeConfig:
+    """ScaleRL base <- YAML file `source` (None: the base alone) <- each (name, dict) layer in order.
+
+    Every layer is checked as it is applied; errors are prefixed with the layer's name. `start`: see
+    compose_data.
+    """
+    data = compose_data(source, layers, start)
     # A choice the engine cannot run fails here, before any job starts, named after the last layer
     # (the one that completed the recipe: a sweep variant's axis, the overrides, the file).
     last = layers[-1][0] if layers else (str(source) if source is not None else "")
@@ -360,8 +500,9 @@ def resolved_yaml(config: RecipeConfig) -> str:
 def run_id(config: RecipeConfig) -> str:
     """12 hex digits of sha256 over the resolved config (minus NOT_IN_RUN_ID and the ID_UNCHANGED_AT values):
     same config, same id."""
-    data = {key: value for key, value in flatten_config(to_dict(config)).items()
-            if not any(key == path or key.startswith(f"{path}.") for path in NOT_IN_RUN_ID)
+    left_out = tuple(f"{path}." for path in NOT_IN_RUN_ID)
+    data = {key: value for key, value in flatten_fields(config).items()
+            if key not in NOT_IN_RUN_ID and not key.startswith(left_out)
             and not (key in ID_UNCHANGED_AT and value == ID_UNCHANGED_AT[key])}
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 
+MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
+TASK_NAMES = ("embedded", "jsonl")  # TaskConfig.name's values (recipe.tasks.build_task)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     # "embedded" builds the tiny testbed model (warm-started, cached); anything else is a Hugging Face

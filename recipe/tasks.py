@@ -19,6 +19,7 @@ always disagree and the warm-started model must find the right one by RL (see wa
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from dataclasses import dataclass
@@ -97,6 +98,35 @@ def sample_operands(rng: random.Random, min_digits: int, max_digits: int) -> tup
                 for n in (rng.randint(min_digits, max_digits), rng.randint(min_digits, max_digits)))
         if has_carry_in(a, b):
             return a, b
+
+
+@functools.lru_cache(maxsize=None)
+def count_addition_problems(min_digits: int, max_digits: int) -> int:
+    """How many distinct (a, b) the embedded task can draw: operand pairs of min..max_digits digits where some
+    column receives a carry (has_carry_in).
+
+    Per pair of digit counts (na, nb), all pairs minus those without one: no column but the last
+    may carry out, so every earlier column's digits sum to <= 9, and those pairs count as a product
+    over columns of the digit pairs (x, y) with x + y <= 9 there, and all pairs in the last column
+    (the leading digit 1..9, 0 alone for a one-digit operand). Exact, no enumeration, so a plan can
+    check a pool size before any job draws it.
+    """
+    def digits(length: int, column: int) -> range:
+        if column >= length:
+            return range(0, 1)
+        return range(1 if column == length - 1 and length > 1 else 0, 10)
+
+    total = 0
+    for na in range(min_digits, max_digits + 1):
+        for nb in range(min_digits, max_digits + 1):
+            pairs, carry_free = 1, 1
+            last = max(na, nb) - 1
+            for column in range(last + 1):
+                xs, ys = digits(na, column), digits(nb, column)
+                pairs *= len(xs) * len(ys)
+                carry_free *= len(xs) * len(ys) if column == last else sum(1 for x in xs for y in ys if x + y <= 9)
+            total += pairs - carry_free
+    return total
 
 
 @dataclass

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from components import REGISTRIES
-from components.registry import ConfigError
-from recipe.config import RecipeConfig, compose_recipe, flatten_config, run_id, to_dict
+from components.registry import ConfigError, shown_key
+from recipe.config import RecipeConfig, compose_data, compose_recipe, flatten_config, run_id, to_dict
 from sweeps.spec import SweepSpec, base_source, output_dir
 
 BASE = "base"
@@ -76,23 +76,25 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
     """
     source = base_source(spec)
     runs_dir = output_dir(spec) / "runs"
-    common = [("overrides", spec.overrides)] if spec.overrides else []
+    # The overrides are composed once and every variant over them; a variant's seeds differ from it in
+    # `seed` alone (its range is the spec's seeds check), so a plan is linear in jobs at a few ms each.
+    overrides = [("overrides", spec.overrides)] if spec.overrides else []
+    common = compose_data(source, overrides)
 
-    def job(axis: str, label: str, seed: int, layers: list) -> Job:
-        recipe = compose_recipe(source, common + layers + [("seed", {"seed": seed})])
-        identifier = run_id(recipe)
-        return Job(identifier, axis, label, seed, recipe, runs_dir / identifier)
+    def jobs_of(axis: str, label: str, recipe: RecipeConfig) -> list[Job]:
+        seeded = [dataclasses.replace(recipe, seed=seed) for seed in spec.seeds]
+        return [Job(identifier, axis, label, each.seed, each, runs_dir / identifier)
+                for each, identifier in ((each, run_id(each)) for each in seeded)]
 
-    compose_recipe(source, common)  # the base alone first, so its errors name the overrides, not a seed
-    jobs = [job(BASE, BASE, seed, []) for seed in spec.seeds]
-    base_recipe = jobs[0].recipe
+    base_recipe = compose_recipe(source, overrides)  # its errors name the overrides
+    jobs = jobs_of(BASE, BASE, base_recipe)
     seen: dict[str, str] = {}
     for axis, entry in spec.axes.items():
         for value in alternatives(axis, entry):
             label = choice_label(value)
             path = f"axes.{axis}"
             layer = {axis: {"name": value} if axis == "engine" and isinstance(value, str) else value}
-            variant = compose_recipe(source, common + [(path, layer)])
+            variant = compose_recipe(source, [(path, layer)], start=common)
             if getattr(variant, axis) == getattr(base_recipe, axis):
                 raise ConfigError(
                     f"{path}: {label!r} resolves to the base's own choice {getattr(base_recipe, axis)}; "
@@ -102,11 +104,16 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
             if resolved in seen:
                 raise ConfigError(f"{path}: {label!r} is the same variant as {seen[resolved]!r}; list it once")
             seen[resolved] = label
-            jobs.extend(job(axis, label, seed, [(path, layer)]) for seed in spec.seeds)
+            jobs.extend(jobs_of(axis, label, variant))
     for planned in jobs:
         check_cores(spec, planned)
         check_gpus(spec, planned)
     check_engines(spec, jobs)
+    variants = {planned.variant for planned in jobs}
+    for variant in spec.faults:
+        if variant not in variants:
+            raise ConfigError(f"faults.{shown_key(variant)}: not a variant of this sweep; its variants: "
+                              f"{', '.join(sorted(variants)[:10])}{', ...' if len(variants) > 10 else ''}")
     return sorted(jobs, key=lambda planned: spec.seeds.index(planned.seed))  # stable: base, then axes, per seed
 
 

@@ -26,8 +26,8 @@ from typing import Any, Dict, Literal, Optional, Tuple
 
 from omegaconf import OmegaConf
 
-from components.registry import ConfigError
-from recipe.config import check_no_interpolation, check_section, load_yaml_file, read_yaml
+from components.registry import ConfigError, describe_value, shown_key
+from recipe.config import build_dataclass, check_no_interpolation, check_section, load_config_file, read_yaml
 
 # Compute axes a run records at every evaluation point (recipe/compute accounting).
 COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens")
@@ -155,6 +155,28 @@ def check_budget(budget: BudgetSpec) -> None:
                           "intervals clear)")
 
 
+MAX_SEED = 2**32 - 1  # recipe.config.MAX_SEED: numpy takes seeds in [0, 2^32)
+SLURM_MAX_MINUTES = 366 * 24 * 60
+# Tracking URI schemes MLflow stores accept (a bare path is a file store).
+MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
+
+
+def check_mlflow_uri(uri: str | None) -> None:
+    """An MLflow tracking URI with a scheme MLflow has a store for, checked before any file is written."""
+    if uri is None:
+        return
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+    if scheme and scheme not in MLFLOW_SCHEMES:
+        raise ConfigError(f"tracking.mlflow_uri: scheme {scheme!r} has no MLflow store; expected one of "
+                          f"{', '.join(MLFLOW_SCHEMES)} (e.g. sqlite:///runs/mlflow.db or http://host:5000), or null")
+
+
+def check_seeds(seeds, key: str = "seeds") -> None:
+    for seed in seeds:
+        if not 0 <= seed <= MAX_SEED:
+            raise ConfigError(f"{key}: got {seed}, expected seeds in [0, {MAX_SEED}] (2^32 - 1)")
+
+
 def check_name(name: str) -> None:
     if not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ConfigError(f"name: got {name!r}, expected letters, digits, '-', '_' or '.' (it names directories)")
@@ -168,7 +190,19 @@ def check_executor(executor: ExecutorSpec) -> None:
         raise ConfigError(f"executor.local.cores_per_job: got {executor.local.cores_per_job}, expected >= 1")
     if executor.max_attempts < 1:
         raise ConfigError(f"executor.max_attempts: got {executor.max_attempts}, expected >= 1")
+    if not 0 < executor.poll_seconds <= 3600:
+        raise ConfigError(f"executor.poll_seconds: got {executor.poll_seconds}, expected in (0, 3600]")
     slurm = executor.slurm
+    if slurm.mem_gb is not None and slurm.mem_gb < 1:
+        raise ConfigError(f"executor.slurm.mem_gb: got {slurm.mem_gb}, expected >= 1 (GB per node), or null")
+    if slurm.time_minutes > SLURM_MAX_MINUTES:
+        raise ConfigError(f"executor.slurm.time_minutes: got {slurm.time_minutes}, expected <= {SLURM_MAX_MINUTES} "
+                          "(a year); jobs requeue themselves at the limit, so a shorter one loses nothing")
+    for key in ("partition", "account", "qos"):
+        value = getattr(slurm, key)
+        if value is not None and not (value and all(c.isalnum() or c in "_-.," for c in value)):
+            raise ConfigError(f"executor.slurm.{key}: got {describe_value(value)}, expected a SLURM name (letters, "
+                              "digits, '_', '-', '.', ',' between several)")
     for key in ("gpus_per_node", "cpus_per_task", "time_minutes", "array_parallelism", "signal_delay_s", "max_requeues"):
         minimum = 0 if key in ("gpus_per_node", "max_requeues") else 1
         if getattr(slurm, key) < minimum:
@@ -188,9 +222,17 @@ def check_spec_values(spec: SweepSpec) -> None:
         raise ConfigError("seeds: empty; give at least one seed, e.g. seeds: [0]")
     if len(set(spec.seeds)) != len(spec.seeds):
         raise ConfigError(f"seeds: {list(spec.seeds)} repeats a seed")
-    for axis in spec.axes:
+    check_seeds(spec.seeds)
+    for axis, entry in spec.axes.items():
         if axis not in (*REGISTRIES, "engine"):
-            raise ConfigError(f"axes.{axis}: unknown axis; valid axes: {', '.join(REGISTRIES)}, engine")
+            raise ConfigError(f"axes.{shown_key(axis)}: unknown axis; valid axes: {', '.join(REGISTRIES)}, engine")
+        if isinstance(entry, (list, tuple)) and not entry:
+            raise ConfigError(f"axes.{axis}: an empty list names no alternative; give one (e.g. {axis}: <name>) "
+                              "or remove the axis")
+    for variant, step in spec.faults.items():
+        if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0):
+            raise ConfigError(f"faults.{shown_key(variant)}: got {describe_value(step)}, expected a training step >= 0")
+    check_mlflow_uri(spec.tracking.mlflow_uri)
     check_executor(spec.executor)
     base_source(spec)
 
@@ -208,18 +250,18 @@ def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> Swe
     data = with_root(data, source, root)
     try:
         check_section(data, SweepSpec, "")
-        spec: SweepSpec = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SweepSpec), data))
-        spec = dataclasses.replace(spec, seeds=tuple(spec.seeds))
+        spec: SweepSpec = build_dataclass(SweepSpec, data)
         check_spec_values(spec)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error}") from None
     return spec
 
 
-def read_spec_file(path: str | Path, what: str = "sweep spec") -> dict[str, Any]:
-    """A spec YAML as a plain mapping, nothing resolved: a missing file, a directory, bad YAML or an
-    interpolation (`${...}`) is a ConfigError naming the file (and the key)."""
-    return load_yaml_file(path, what)
+def read_spec_file(path: str | Path, what: str = "sweep spec", schema: type | None = None) -> dict[str, Any]:
+    """A spec YAML as a plain mapping, nothing resolved: a missing file, a directory, bad YAML, a file that is
+    not a spec (recipe.config.load_config_file) or an interpolation (`${...}`) is a ConfigError naming the file."""
+    fields = [field.name for field in dataclasses.fields(schema or SweepSpec) if field.name != "root"]
+    return load_config_file(path, what, what, fields)
 
 
 def load_spec(path: str | Path) -> SweepSpec:

@@ -10,6 +10,7 @@ argument at fault, no secret leaked, and no file appeared in tmp_path or at the 
 from __future__ import annotations
 
 import dataclasses
+import importlib.abc
 import os
 import sys
 from pathlib import Path
@@ -71,7 +72,7 @@ CASES = [
     spec_case("spec-python-tag", SPEC.replace("name: t", 'name: !!python/object/apply:os.system ["touch pwned"]'),
               ("could not determine a constructor", "python/object")),
     spec_case("spec-tab-indent", SPEC + "overrides:\n\tmax_steps: 3\n", ("not valid YAML",)),
-    spec_case("spec-top-level-list", "- name\n- t\n", ("expected a mapping at the top level, got a list",)),
+    spec_case("spec-top-level-list", "- name\n- t\n", ("not a sweep spec YAML", "it holds a list at the top level")),
     spec_case("spec-empty", "", ("name: missing",)),
     spec_case("name-dotdot", SPEC.replace("name: t", "name: '..'"), ("name: got '..'",)),
     spec_case("name-slash", SPEC.replace("name: t", "name: ../escape"), ("name: got '../escape'",)),
@@ -182,11 +183,23 @@ def all_files(root: Path) -> set[str]:
     return {str(path.relative_to(root)) for path in root.rglob("*")}
 
 
+class BlockTorch(importlib.abc.MetaPathFinder):
+    """`import torch` raises ImportError (a None in sys.modules would do it too, but scipy's array API
+    helpers then read sys.modules["torch"] and fail on the None)."""
+
+    def find_spec(self, name, path, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(f"{name} is blocked: bad input must fail before torch is imported")
+        return None
+
+
 @pytest.fixture
 def sandbox(tmp_path, monkeypatch):
     """cwd = tmp_path; torch unimportable; the env resolver would reveal SECRET if anything resolved it."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(sys.modules, "torch", None)
+    for name in [name for name in sys.modules if name == "torch" or name.startswith("torch.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [BlockTorch(), *sys.meta_path])
     monkeypatch.setenv("SCALERL_SECRET", SECRET)
     return tmp_path
 
