@@ -24,6 +24,11 @@ class OffPolicyMode:
 OFF_POLICY_MODES: Registry[OffPolicyMode] = Registry("off_policy", OffPolicyMode)
 
 
+# The largest k either mode takes: a PPO round holds k minibatches of rollouts in memory at once, and
+# the paper's k is 8 (staleness beyond a few hundred steps trains on another policy's data).
+MAX_K = 1024
+
+
 @OFF_POLICY_MODES.register("pipeline_rl")
 class PipelineRlMode(OffPolicyMode):
     """Generators never stop; new weights reach them after every trainer step, mid-sequence (PipelineRL-k).
@@ -36,9 +41,9 @@ class PipelineRlMode(OffPolicyMode):
     asynchronous = True
 
     def __init__(self, k: int = 8, generator_devices: int = 1, trainer_devices: int = 1) -> None:
-        require(k >= 1, "k", k, ">= 1 trainer steps of allowed lag")
-        require(generator_devices >= 1, "generator_devices", generator_devices, ">= 1 device (core or GPU)")
-        require(trainer_devices >= 1, "trainer_devices", trainer_devices, ">= 1 device (core or GPU)")
+        require(1 <= k <= MAX_K, "k", k, f"in [1, {MAX_K}] trainer steps of allowed lag")
+        for name, devices in (("generator_devices", generator_devices), ("trainer_devices", trainer_devices)):
+            require(1 <= devices <= MAX_K, name, devices, f"in [1, {MAX_K}] devices (cores or GPUs)")
         self.k = k
         self.generator_devices = generator_devices
         self.trainer_devices = trainer_devices
@@ -56,7 +61,7 @@ class PpoOffPolicyMode(OffPolicyMode):
     """
 
     def __init__(self, k: int = 8) -> None:
-        require(k >= 1, "k", k, ">= 1 minibatches per generation round")
+        require(1 <= k <= MAX_K, "k", k, f"in [1, {MAX_K}] minibatches per generation round (a round holds all k)")
         self.k = k
 
     @property

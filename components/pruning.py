@@ -63,7 +63,8 @@ class SigmoidBoundPruner(Pruner):
                  run_sd: float = 0.04) -> None:
         require(0.0 < min_compute_frac <= 1.0, "min_compute_frac", min_compute_frac, "in (0, 1]: a fraction of fit_at")
         require(0.5 <= level < 1.0, "level", level, "in [0.5, 1): the confidence of the intervals")
-        require(n_boot >= 20, "n_boot", n_boot, ">= 20 bootstrap refits")
+        require(20 <= n_boot <= 10_000, "n_boot", n_boot, "in [20, 10000] bootstrap refits (each poll of each trial "
+                "refits the curve n_boot times)")
         require(0.0 <= run_sd < 1.0, "run_sd", run_sd, "in [0, 1): the run-to-run sd of one run's objective")
         self.min_compute_frac = min_compute_frac
         self.level = level

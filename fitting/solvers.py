@@ -58,6 +58,9 @@ def _linear_fit(sum_s, sum_ss, sum_sy, n, sum_y, sum_yy, r0, a):
     return r0_hat, a_hat, ssr
 
 
+POINTS_PER_BLOCK = 4096  # DefaultSolver._grid_sums
+
+
 class DefaultSolver:
     """Grid over (ln C_mid, B) with A and R0 in closed form, then least-squares refinement of all parameters.
 
@@ -84,15 +87,31 @@ class DefaultSolver:
         self.log_c_mid_bounds = (math.log(c_mid_bounds[0]), math.log(c_mid_bounds[1]))
         self.grid_log_c_mid = np.linspace(*self.log_c_mid_bounds, self.n_c_mid_grid)
         self.grid_b = np.geomspace(*b_bounds, self.n_b_grid)
-        z = self.grid_b[None, :, None] * (self.grid_log_c_mid[:, None, None] - self.log_c[None, None, :])
-        self.grid_s = expit(-z).reshape(-1, self.n)  # (C_mid x B, points)
         # weighted sums (every S below is S w_i ...), so the closed form is the weighted least squares
-        self.sum_s = self.grid_s @ self.weights
-        self.sum_ss = (self.grid_s * self.grid_s) @ self.weights
+        w = self.weights
+        self.sum_s, self.sum_ss = self._grid_sums(lambda s, rows: s @ w[rows], lambda s, rows: (s * s) @ w[rows])
+
+    def _grid_sums(self, *products):
+        """Each product(s, rows) summed over blocks of points: s is the sigmoid of every grid cell at the
+        block's points, `rows` the block's slice of the point arrays.
+
+        The grid's (C_mid x B, points) matrix is never held whole: in blocks of POINTS_PER_BLOCK points
+        a block is 2,048 x 4,096 x 8 bytes = 64 MB, so memory stays bounded whatever the number of points
+        (a curve of 50,000 points took 2.6 GB held whole).
+        """
+        totals = [0.0] * len(products)
+        for start in range(0, self.n, POINTS_PER_BLOCK):
+            log_c = self.log_c[start:start + POINTS_PER_BLOCK]
+            z = self.grid_b[None, :, None] * (self.grid_log_c_mid[:, None, None] - log_c[None, None, :])
+            block = expit(-z).reshape(-1, log_c.size)  # (C_mid x B, points of the block)
+            rows = slice(start, start + log_c.size)
+            totals = [total + product(block, rows) for total, product in zip(totals, products)]
+        return totals
 
     def _grid_starts(self, y: np.ndarray) -> list[np.ndarray]:
         wy = self.weights * y
-        r0_hat, a_hat, ssr = _linear_fit(self.sum_s, self.sum_ss, self.grid_s @ wy, self.weights.sum(), wy.sum(),
+        (sum_sy,) = self._grid_sums(lambda s, rows: s @ wy[rows])
+        r0_hat, a_hat, ssr = _linear_fit(self.sum_s, self.sum_ss, sum_sy, self.weights.sum(), wy.sum(),
                                          wy @ y, self.r0, self.a)
         surface = ssr.reshape(self.n_c_mid_grid, self.n_b_grid)
         # local minima of the surface: no smaller value among the 8 neighbours (edges padded with +inf)

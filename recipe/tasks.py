@@ -171,14 +171,26 @@ class MathTask(Task):
             return False
 
 
+class JsonlError(ValueError):
+    """A task file that is not JSONL of prompt/answer rows; names the file and line, never its content."""
+
+
 def read_jsonl(path: str) -> list[dict]:
+    try:
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise JsonlError(f"{path}: not a UTF-8 text file; expected JSONL rows of prompt/answer") from None
     rows = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        row = json.loads(line)
-        if "prompt" not in row or "answer" not in row:
-            raise ValueError(f"{path}:{number}: a row needs 'prompt' and 'answer' fields, got {sorted(row)}")
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            raise JsonlError(f"{path} line {number}: not JSON; expected one JSON object per line, "
+                             'e.g. {"prompt": "1+1=?", "answer": "2"}') from None
+        if not isinstance(row, dict) or "prompt" not in row or "answer" not in row:
+            raise JsonlError(f"{path} line {number}: a row needs 'prompt' and 'answer' fields")
         rows.append(row)
     return rows
 

@@ -15,6 +15,7 @@ import os
 import time
 from pathlib import Path
 
+from components.registry import ConfigError
 from recipe.config import flatten_config
 
 METRICS_NAME = "metrics.jsonl"
@@ -29,6 +30,26 @@ def write_json_atomic(path: Path, data) -> None:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     os.replace(temporary, path)
+
+
+REBUILD = "remove it and rerun `sweep run` on the spec to rebuild it"
+
+
+class DamagedFileError(ConfigError):
+    """A file the harness wrote is unreadable (truncated, hand-edited): one line naming it and what to do."""
+
+
+def read_json_file(path: Path, expected: type = dict, fix: str = REBUILD):
+    """The JSON value of a file the harness wrote, of type `expected`; a DamagedFileError naming the file and
+    `fix` when it is not (nothing is repaired or removed here: the user decides)."""
+    try:
+        value = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise DamagedFileError(f"{path}: damaged (not valid JSON); {fix}") from None
+    if not isinstance(value, expected):
+        raise DamagedFileError(f"{path}: damaged (holds a {type(value).__name__}, not a JSON "
+                               f"{'object' if expected is dict else expected.__name__}); {fix}")
+    return value
 
 
 def write_phase(run_dir: Path, phase: str | None, done: int | None = None, total: int | None = None) -> None:

@@ -27,8 +27,19 @@ def _finite(value) -> bool:
 
 
 def read_mlflow_file(sweep_dir: Path) -> dict | None:
+    """The sweep's mlflow.json, or None; a damaged one (bad JSON, keys of the wrong type) is a DamagedFileError."""
+    from recipe.tracking import DamagedFileError, read_json_file
+
     path = Path(sweep_dir) / schema.MLFLOW_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    fix = "remove it and rerun `sweep run` on the spec to record the sweep's MLflow runs again"
+    info = read_json_file(path, dict, fix)
+    for key, kind in ((schema.MLFLOW_TRACKING_URI, str), (schema.MLFLOW_EXPERIMENT_ID, str),
+                      (schema.MLFLOW_PARENT_RUN_ID, str), (schema.MLFLOW_CHILD_RUNS, dict)):
+        if key in info and not isinstance(info[key], kind):
+            raise DamagedFileError(f"{path}: damaged ({key} is not a {kind.__name__}); {fix}")
+    return info
 
 
 def log_fit_results(sweep_dir: str | Path, table: pd.DataFrame, *, run_table: pd.DataFrame | None = None,

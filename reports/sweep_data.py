@@ -158,13 +158,28 @@ def runs_frame(entries: Iterable[Mapping]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(RUN_KEYS)).astype({"seed": "int64"})
 
 
-def _read_json(path: Path):
+def _read_json(path: Path, expected: type):
+    from recipe.tracking import read_json_file
+
+    if not path.is_file():
+        raise SweepDataError(f"{path} not found: is {path.parent} a sweep directory?")
+    return read_json_file(path, expected)
+
+
+def read_run_config(path: Path) -> dict:
+    """A run's config.yaml as a dict; a damaged one names itself (the run's curve is still its metrics)."""
+    import yaml
+
+    from recipe.tracking import DamagedFileError
+
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SweepDataError(f"{path} not found: is {path.parent} a sweep directory?") from None
-    except json.JSONDecodeError as error:
-        raise SweepDataError(f"{path}: not valid JSON ({error})") from None
+        value = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except (yaml.YAMLError, ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise DamagedFileError(f"{path}: damaged (not the run's resolved config); restore it, or remove the run "
+                               "directory to train that job again from the start")
+    return value
 
 
 def read_metrics_file(path: Path) -> list[dict]:
@@ -188,20 +203,21 @@ def load_sweep(sweep_dir: str | Path) -> SweepData:
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise SweepDataError(f"{sweep_dir}: no such sweep directory")
-    meta = _read_json(sweep_dir / schema.SWEEP_FILE)
-    plan = _read_json(sweep_dir / schema.PLAN_FILE)
+    meta = _read_json(sweep_dir / schema.SWEEP_FILE, dict)
+    plan = _read_json(sweep_dir / schema.PLAN_FILE, list)
     budget, notes = budget_from_meta(meta)
     try:
         runs = runs_frame(plan)
     except (KeyError, TypeError, ValueError) as error:
-        raise SweepDataError(f"{sweep_dir / schema.PLAN_FILE}: an entry lacks or mistypes {error}") from None
+        raise SweepDataError(f"{sweep_dir / schema.PLAN_FILE}: damaged (an entry lacks or mistypes {error}); "
+                             "remove it and rerun `sweep run` on the spec to rebuild it") from None
     run_dirs = {str(e[schema.PLAN_RUN_ID]): sweep_dir / e[schema.PLAN_RUN_DIR] for e in plan}
     records, configs = {}, {}
     for run_id, run_dir in run_dirs.items():
         records[run_id] = read_metrics_file(run_dir / schema.METRICS_FILE)
         config_path = run_dir / schema.CONFIG_FILE
         if config_path.is_file():
-            configs[run_id] = flatten_config(yaml.safe_load(config_path.read_text()) or {})
+            configs[run_id] = flatten_config(read_run_config(config_path))
         else:
             notes.append(f"{run_id}: no {schema.CONFIG_FILE}; its config diff is not shown")
     evals, diagnostics = build_frames(runs, records, budget, notes)

@@ -12,11 +12,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from sweeps.planner import plan_sweep
     from sweeps.slurm import cancel_slurm_jobs
-    from sweeps.spec import output_dir
+    from sweeps.spec import check_output_dir, output_dir
     from sweeps.state import is_done, read_state, stop_runs
     from sweeps.status_command import resolve_spec
 
     spec = resolve_spec(args.target)
+    check_output_dir(spec)
     sweep_dir = output_dir(spec)
     launched = []
     for job in plan_sweep(spec):

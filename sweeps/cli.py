@@ -30,6 +30,13 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2, no traceback."""
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are UsageErrors: one line (with a pointer to --help) instead of the usage block."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (sweep {self.prog.split()[-1]} --help lists the arguments)")
+
+
 def one_line(message: str) -> str:
     """An error message on one line: a newline (from a parser, or a quoted value) becomes a space."""
     return re.sub(r"\s*\n\s*", " ", message.strip())
@@ -56,14 +63,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, help_text = COMMANDS[command]
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"sweep {command}", description=help_text)
+    parser = ArgumentParser(prog=f"sweep {command}", description=help_text)
     module.add_arguments(parser)
-    args = parser.parse_args(rest)
     # Config and input errors are the user's to fix: one clear line, no traceback.
     from components.registry import ConfigError
 
     try:
-        return int(module.run(args))
+        return int(module.run(parser.parse_args(rest)))
     except (UsageError, ConfigError) as error:
         print(f"sweep {command}: error: {one_line(str(error))}", file=sys.stderr)
         return 2

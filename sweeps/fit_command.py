@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import textwrap
 
 REQUIRED_COLUMNS = ("run", "compute", "pass_rate")
 OPTIONAL_COLUMNS = ("seed", "step")
+MISSING_VALUES = ("nan", "-nan", "na", "n/a", "<na>", "null", "none")  # a missing evaluation, as exports write it
 
 EPILOG = """\
 CSV columns: run, compute, pass_rate (one row per evaluation; pass_rate in [0, 1]); optional seed, step;
@@ -63,42 +65,80 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read_curves(path: str):
+    """The CSV as a frame of run, compute, pass_rate (, seed, step); errors name the file, line and column,
+    never a value or a column name that is not one of ours (the file may be anything: an env dump, a key)."""
     import pandas as pd
 
     from sweeps.cli import UsageError
 
     hint = f"expected a CSV file with columns {', '.join(REQUIRED_COLUMNS)}"
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False)
     except FileNotFoundError:
         raise UsageError(f"no such file: {path}; {hint}") from None
     except IsADirectoryError:
         raise UsageError(f"{path} is a directory; {hint}") from None
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}; {hint}") from None
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
-        raise UsageError(f"cannot read {path} as CSV: {error}") from None
+    except pd.errors.EmptyDataError:
+        raise UsageError(f"cannot read {path} as CSV: No columns (an empty file); {hint}") from None
+    except pd.errors.ParserError:
+        raise UsageError(f"cannot read {path} as CSV: rows with more fields than the header, or an unclosed quote; "
+                         f"{hint}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"cannot read {path} as CSV: not a UTF-8 text file (binary?); {hint}") from None
     frame.columns = [str(c).strip() for c in frame.columns]
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
-        raise UsageError(
-            f"{path} is missing column(s) {', '.join(missing)}; found {', '.join(frame.columns) or 'none'}; "
-            f"required: {', '.join(REQUIRED_COLUMNS)}; optional: {', '.join(OPTIONAL_COLUMNS)}"
-        )
+        known = [c for c in frame.columns if c in REQUIRED_COLUMNS + OPTIONAL_COLUMNS]
+        others = len(frame.columns) - len(known)
+        found = ", ".join(known + ([f"{others} other column(s) (not shown)"] if others else [])) or "none"
+        raise UsageError(f"{path} is missing column(s) {', '.join(missing)}; found {found}; "
+                         f"required: {', '.join(REQUIRED_COLUMNS)}; optional: {', '.join(OPTIONAL_COLUMNS)}")
     if frame.empty:
         raise UsageError(f"{path} has a header but no rows")
     for column in ("compute", "pass_rate") + (("step",) if "step" in frame.columns else ()):
-        numeric = pd.to_numeric(frame[column], errors="coerce")
-        bad = numeric.isna() & frame[column].notna()
+        text = frame[column].str.strip()
+        numeric = pd.to_numeric(text.where(text != ""), errors="coerce")
+        bad = numeric.isna() & (text != "") & ~text.str.lower().isin(MISSING_VALUES)
         if bad.any():
-            row = int(bad.idxmax())
-            raise UsageError(f"{path} line {row + 2}: column {column} has non-numeric value {frame[column][row]!r}")
+            raise UsageError(f"{path} line {int(bad.values.argmax()) + 2}: column {column} holds a value that is not a "
+                             "number (leave it empty for a missing evaluation)")
         frame[column] = numeric.astype(float)
-    if frame["run"].isna().any():
-        raise UsageError(f"{path} line {int(frame['run'].isna().idxmax()) + 2}: empty run name")
+    run_names = frame["run"].str.strip()
+    if (run_names == "").any():
+        raise UsageError(f"{path} line {int((run_names == '').values.argmax()) + 2}: empty run name")
     frame["run"] = frame["run"].astype(str)
     frame["seed"] = frame["seed"].astype(str) if "seed" in frame.columns else "-"
     return frame
+
+
+class FitProgress:
+    """Curves fitted so far on stderr, once a fit has run PROGRESS_AFTER_S: at most every PROGRESS_EVERY_S, with
+    the time left at the rate so far (each curve costs one fit plus --n-boot refits)."""
+
+    PROGRESS_AFTER_S, PROGRESS_EVERY_S = 5.0, 10.0
+
+    def __init__(self, total: int) -> None:
+        import time
+
+        self.total, self.clock = total, time.perf_counter
+        self.started = self.last = self.clock()
+        self.shown = False
+
+    def update(self, done: int) -> None:
+        now = self.clock()
+        if now - self.started < self.PROGRESS_AFTER_S or (self.shown and now - self.last < self.PROGRESS_EVERY_S):
+            return
+        elapsed = now - self.started
+        left = elapsed / done * (self.total - done)
+        print(f"sweep fit: {done}/{self.total} curves fitted, {elapsed:.0f} s elapsed, ~{left:.0f} s left",
+              file=sys.stderr, flush=True)
+        self.shown, self.last = True, now
+
+    def close(self) -> None:
+        if self.shown:
+            print(f"sweep fit: {self.total} curves fitted in {self.clock() - self.started:.0f} s", file=sys.stderr)
 
 
 def _fit_curve(run: str, seed: str, rows, args) -> dict:
@@ -108,7 +148,7 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
     record = {"run": run, "seed": seed, "notes": []}
     empty = rows["pass_rate"].isna()
     if empty.any():
-        record["notes"].append(f"dropped {int(empty.sum())} row(s) with an empty pass_rate")
+        record["notes"].append(f"dropped {int(empty.sum())} row(s) with an empty or NaN pass_rate")
         rows = rows[~empty]
     rows = rows.sort_values("step" if "step" in rows.columns else "compute", kind="stable")
     compute, pass_rate = rows["compute"].to_numpy(), rows["pass_rate"].to_numpy()
@@ -130,7 +170,8 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
                                     observed_halfwidth=args.observed_window)
         boot = bootstrap_fit(fit, n_boot=args.n_boot, target=args.target, seed=args.bootstrap_seed) if args.n_boot else None
     except FitInputError as error:
-        record["fit_error"] = str(error)
+        dropped = f" ({record['notes'][0]}, of {len(empty)})" if empty.any() else ""
+        record["fit_error"] = f"{error}{dropped}"
         return record
     flags = list(score.flags) + [f for f in (boot.flags if boot else ()) if f not in score.flags]
     record.update(
@@ -293,8 +334,13 @@ def run(args) -> int:
     if not (0 <= args.observed_window < 1) or not args.margin > 0:
         raise UsageError("--observed-window must be in [0, 1) and --margin > 0")
     frame = _read_curves(args.curves)
-    records = [_fit_curve(run, seed, rows, args)
-               for (run, seed), rows in frame.groupby(["run", "seed"], sort=False)]
+    curves = frame.groupby(["run", "seed"], sort=False)
+    progress = FitProgress(len(curves))
+    records = []
+    for (run, seed), rows in curves:
+        records.append(_fit_curve(run, seed, rows, args))
+        progress.update(len(records))
+    progress.close()
     if all("fit_error" in r for r in records):
         raise UsageError(_unfitted_summary(records))
     spreads = _seed_spreads(records, args.target)

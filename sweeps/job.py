@@ -82,6 +82,6 @@ class TrainingJob:
 
 
 def json_summary(run_dir: Path) -> dict[str, Any]:
-    import json
+    from recipe.tracking import read_json_file
 
-    return json.loads((run_dir / "done.json").read_text())
+    return read_json_file(run_dir / "done.json")

@@ -12,9 +12,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweeps.planner import format_plan, plan_sweep
-    from sweeps.spec import load_spec
+    from sweeps.planner import check_jobs_can_run, format_plan, plan_sweep
+    from sweeps.spec import check_output_dir, load_spec
 
     spec = load_spec(args.spec)
-    print(format_plan(spec, plan_sweep(spec), verbose=args.verbose), end="")
+    jobs = plan_sweep(spec)
+    notes = check_jobs_can_run(spec, jobs)
+    check_output_dir(spec)
+    print(format_plan(spec, jobs, verbose=args.verbose, notes=notes), end="")
     return 0

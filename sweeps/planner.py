@@ -117,6 +117,35 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
     return sorted(jobs, key=lambda planned: spec.seeds.index(planned.seed))  # stable: base, then axes, per seed
 
 
+def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
+    """The checks a job repeats where it runs (recipe.preflight: files, memory), made now; returns notes.
+
+    Local and debug jobs run on this machine, so their files and memory are checked here (memory per
+    job: this machine's / max_parallel). A SLURM job's files live on the cluster's filesystem and its
+    memory is the node's: the notes name what only the job can check (and memory is checked against
+    executor.slurm.mem_gb where it is set).
+    """
+    from recipe.preflight import check_files, check_memory, machine_memory_bytes, recipe_paths
+
+    notes, seen = [], set()
+    for job in jobs:
+        if spec.executor.name == "slurm":
+            mem_gb = spec.executor.slurm.mem_gb
+            if mem_gb is not None:
+                check_memory(job.recipe, mem_gb * 2**30, "executor.slurm.mem_gb")
+            notes += [f"checked on the job's node, not here: {key} {path}" for key, path in recipe_paths(job.recipe)
+                      if (key, path) not in seen and not seen.add((key, path))]
+            continue
+        parallel = spec.executor.local.max_parallel if spec.executor.name == "local" else 1
+        check_memory(job.recipe, machine_memory_bytes() // parallel,
+                     f"this machine's memory / executor.local.max_parallel ({parallel})")
+        paths = tuple(recipe_paths(job.recipe))
+        if paths not in seen:
+            seen.add(paths)
+            check_files(job.recipe)
+    return notes
+
+
 def check_engines(spec: SweepSpec, jobs: list[Job]) -> None:
     """One engine per sweep unless the spec allows mixing (device-seconds of two engines do not compare)."""
     engines = sorted({job.recipe.engine.name for job in jobs})
@@ -181,8 +210,8 @@ def resources(spec: SweepSpec, job: Job) -> str:
     return f"in-process{split}"
 
 
-def format_plan(spec: SweepSpec, jobs: list[Job], verbose: bool = False) -> str:
-    """The job table `sweep plan` prints."""
+def format_plan(spec: SweepSpec, jobs: list[Job], verbose: bool = False, notes: list[str] = ()) -> str:
+    """The job table `sweep plan` prints (and the notes of check_jobs_can_run)."""
     header = ("id", "axis", "choice", "seed", "engine", "resources")
     rows = [(job.run_id, job.axis, job.choice, str(job.seed), job.recipe.engine.name, resources(spec, job))
             for job in jobs]
@@ -196,6 +225,7 @@ def format_plan(spec: SweepSpec, jobs: list[Job], verbose: bool = False) -> str:
         f"train to {budget.target:g} {budget.unit}, fit on [{budget.burn_in:g}, {budget.fit_at:g}]; "
         f"output {output_dir(spec)}"
     )
+    lines.extend(notes)
     if verbose:
         lines.append("")
         lines.extend(f"{job.run_id}: {launch_line(job)}" for job in jobs)

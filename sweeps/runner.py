@@ -23,9 +23,10 @@ from typing import Any, TextIO
 from omegaconf import OmegaConf
 
 from sweeps.job import TrainingJob
-from sweeps.planner import Job, plan_sweep
+from sweeps.planner import Job, check_jobs_can_run, plan_sweep
 from sweeps.progress import collect_progress, format_progress
-from sweeps.spec import SweepSpec, base_source, output_dir
+from sweeps.spec import SweepSpec, base_source, check_output_dir, output_dir
+from recipe.tracking import read_json_file
 from sweeps.state import DONE, FAILED, PENDING, RUNNING, is_done, is_locked, read_state, write_json_atomic, write_state
 
 # Without a terminal the table is printed at most this often (plus on every state change).
@@ -42,7 +43,9 @@ def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None
     """sweep.json (what the report's title page needs) and plan.json (the job list)."""
     sweep_dir.mkdir(parents=True, exist_ok=True)
     info_path = sweep_dir / "sweep.json"
-    created = json.loads(info_path.read_text())["created"] if info_path.exists() else datetime.now(timezone.utc).isoformat(timespec="seconds")
+    created = read_json_file(info_path).get("created") if info_path.exists() else None
+    if not isinstance(created, str):
+        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_json_atomic(info_path, {
         "name": spec.name, "base": spec.base, "seeds": list(spec.seeds),
         "budget": dataclasses.asdict(spec.budget), "executor": spec.executor.name,
@@ -61,6 +64,25 @@ def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None
          "run_dir": str(job.run_dir.relative_to(sweep_dir))}
         for job in jobs
     ])
+
+
+def check_run_configs(jobs: list[Job]) -> None:
+    """A started job's config.yaml must be its recipe's: a damaged one would fail that job at every attempt
+    (recipe.run.prepare_run_dir refuses a run directory of another config). Named here, before launching."""
+    from recipe.config import resolved_yaml
+    from recipe.tracking import DamagedFileError
+
+    for job in jobs:
+        path = job.run_dir / "config.yaml"
+        if path.is_file() and not is_done(job.run_dir):
+            try:
+                same = path.read_bytes().decode("utf-8") == resolved_yaml(sweep_job_recipe(job))
+            except (OSError, ValueError):
+                same = False
+            if not same:
+                raise DamagedFileError(f"{path}: damaged or of another config (not job {job.variant} seed {job.seed}'s "
+                                       f"resolved recipe); restore it, or remove {job.run_dir} to train that job again "
+                                       "from the start")
 
 
 def sweep_job_recipe(job: Job):
@@ -133,6 +155,9 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
     timer = HarnessTimer()
     sweep_dir = output_dir(spec)
     jobs = plan_sweep(spec)
+    check_jobs_can_run(spec, jobs)
+    check_output_dir(spec)
+    check_run_configs(jobs)
     write_sweep_files(spec, sweep_dir, jobs)
     tracker = SweepTracker(spec, sweep_dir, jobs)
     print(f"sweep {spec.name}: {len(jobs)} jobs in {sweep_dir}; MLflow {tracker.uri} "

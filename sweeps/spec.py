@@ -274,6 +274,41 @@ def output_dir(spec: SweepSpec) -> Path:
     return Path(spec.output_dir) if spec.output_dir is not None else Path("runs") / spec.name
 
 
+def check_output_dir(spec: SweepSpec) -> None:
+    """The sweep directory is new, empty, or a sweep directory of this spec (its sweep.json names this sweep).
+
+    Anything else (a file, /dev/null, /etc, a folder of the user's, another sweep's directory) is
+    refused before a file is written, so a sweep never writes into, or reads as its own, what it did
+    not make. A new directory's nearest existing parent must be a writable directory.
+    """
+    import os
+
+    from recipe.tracking import read_json_file
+
+    path = output_dir(spec)
+    key = "output_dir" if spec.output_dir is not None else f"output_dir (default runs/{spec.name})"
+    fix = "choose a new or empty directory, or the sweep directory of this spec"
+    if not path.exists():
+        parent = next((p for p in path.absolute().parents if p.exists()), None)
+        if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise ConfigError(f"{key}: {str(path)!r} cannot be created ({parent} is not a writable directory); {fix}")
+        return
+    if not path.is_dir():
+        raise ConfigError(f"{key}: {str(path)!r} exists and is not a directory; {fix}")
+    with os.scandir(path) as entries:
+        if next(entries, None) is None:
+            return
+    info_path = path / "sweep.json"
+    if not info_path.is_file():
+        raise ConfigError(f"{key}: {str(path)!r} holds files but no sweep (no sweep.json): it is not this sweep's "
+                          f"directory; {fix}")
+    name = read_json_file(info_path).get("name")
+    if name != spec.name:
+        other = f"sweep {name!r}" if isinstance(name, str) and name.replace("-", "_").replace(".", "_").isidentifier() \
+            else "another sweep"
+        raise ConfigError(f"{key}: {str(path)!r} holds {other}, not {spec.name!r}; {fix}")
+
+
 BASE_FIX = "a base is `scalerl` or a recipe YAML path relative to the spec file"
 
 

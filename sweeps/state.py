@@ -17,10 +17,15 @@ import fcntl
 import json
 import os
 import time
+import typing
 from pathlib import Path
 from typing import Any, Optional
 
-from recipe.tracking import write_json_atomic
+from components.registry import ConfigError, check_value_type
+from recipe.tracking import DamagedFileError, read_json_file, write_json_atomic
+
+# A job's state file only counts attempts and keeps its last error: the run directory is the truth.
+STATE_FIX = "remove it (the job's attempts and last error are forgotten; its run directory is kept) and rerun `sweep run`"
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 DONE_FILE = "done.json"
@@ -47,7 +52,13 @@ def read_state(sweep_dir: Path, run_id: str) -> JobState:
     path = state_path(sweep_dir, run_id)
     if not path.exists():
         return JobState()
-    data = json.loads(path.read_text())
+    data = read_json_file(path, dict, STATE_FIX)
+    hints = typing.get_type_hints(JobState)
+    for field in dataclasses.fields(JobState):
+        try:
+            check_value_type(data.get(field.name, field.default), hints[field.name], field.name)
+        except ConfigError as error:
+            raise DamagedFileError(f"{path}: damaged ({error}); {STATE_FIX}") from None
     return JobState(**{field.name: data.get(field.name, field.default) for field in dataclasses.fields(JobState)})
 
 

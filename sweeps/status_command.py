@@ -26,9 +26,10 @@ def resolve_spec(target: str):
 def run(args: argparse.Namespace) -> int:
     from sweeps.planner import plan_sweep
     from sweeps.progress import collect_progress, format_progress
-    from sweeps.spec import output_dir
+    from sweeps.spec import check_output_dir, output_dir
 
     spec = resolve_spec(args.target)
+    check_output_dir(spec)
     jobs = plan_sweep(spec)
     if not output_dir(spec).exists():
         print(f"sweep {spec.name}: not started ({output_dir(spec)} does not exist); {len(jobs)} jobs planned")

@@ -66,7 +66,7 @@ class SweepTracker:
         self.path = sweep_dir / MLFLOW_FILE
         self.uri = tracking_uri(spec, sweep_dir)
         self.client = MlflowClient(tracking_uri=self.uri)
-        state = json.loads(self.path.read_text()) if self.path.exists() else {}
+        state = read_mlflow_state(self.path) if self.path.exists() else {}
         if state.get("tracking_uri") not in (None, self.uri):
             state = {}  # the store moved: start a fresh record there
         experiment_name = spec.tracking.experiment or spec.name
@@ -163,4 +163,11 @@ class SweepTracker:
 
 def mlflow_record(sweep_dir: Path) -> dict[str, Any] | None:
     path = sweep_dir / MLFLOW_FILE
-    return json.loads(path.read_text()) if path.exists() else None
+    return read_mlflow_state(path) if path.exists() else None
+
+
+def read_mlflow_state(path: Path) -> dict[str, Any]:
+    """mlflow.json (reports.mlflow_sync.read_mlflow_file checks it)."""
+    from reports.mlflow_sync import read_mlflow_file
+
+    return read_mlflow_file(path.parent)

@@ -42,18 +42,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 from omegaconf import OmegaConf
 
 from components.pruning import PRUNERS
 from components.registry import ConfigError, describe_value
 from recipe.config import AXES, RecipeConfig, check_section, compose_recipe, flatten_config, to_dict
-from sweeps.spec import (BudgetSpec, ExecutorSpec, TrackingSpec, base_source, check_budget, check_executor, check_name,
-                         read_spec_file, with_root)
+from sweeps.spec import (BudgetSpec, ExecutorSpec, TrackingSpec, base_source, check_budget, check_executor,
+                         check_mlflow_uri, check_name, read_spec_file, with_root)
 
 OBJECTIVES = ("pred_at_target", "A", "B")
 G_PATH, PROMPTS_PATH = "rollout.samples_per_prompt", "rollout.prompts_per_batch"  # total_batch couples them
@@ -256,11 +257,22 @@ def check_trial_cores(spec: TuneSpec, recipe: RecipeConfig, label: str) -> None:
     check_cores(spec, Job("", "trial", label, spec.seed, recipe, Path(".")))
 
 
-def param_values(param: ParamSpec) -> list[Any]:
-    """Every value an int or categorical parameter can take (a float range has no finite list)."""
+def param_values(param: ParamSpec) -> Iterator[Any]:
+    """Every value an int or categorical parameter can take, lazily (a range of G up to 10^8 is never
+    listed: the checks below stop at the first value that matters)."""
     if param.type == "categorical":
-        return list(param.choices)
-    return list(range(int(param.low), int(param.high) + 1, int(param.step or 1)))
+        yield from param.choices
+        return
+    value, step = int(param.low), int(param.step or 1)
+    while value <= param.high:
+        yield value
+        value += step
+
+
+def divisors(total: int) -> list[int]:
+    """The divisors of total, ascending, in O(sqrt(total)) steps."""
+    small = [d for d in range(1, math.isqrt(total) + 1) if total % d == 0]
+    return sorted(set(small + [total // d for d in small]))
 
 
 def check_total_batch(spec: TuneSpec, params: list[ParamSpec]) -> None:
@@ -282,19 +294,40 @@ def check_total_batch(spec: TuneSpec, params: list[ParamSpec]) -> None:
                           "add it to space, or remove total_batch")
     if g.type == "float":
         return  # refused by the recipe check: G is an integer
-    values = [v for v in param_values(g) if isinstance(v, int) and not isinstance(v, bool)]
-    bad = [v for v in values if v <= 0 or total % v]
+    values = (v for v in param_values(g) if isinstance(v, int) and not isinstance(v, bool))
+    bad = list(itertools.islice((v for v in values if v <= 0 or total % v), 5))
     if bad:
-        divisors = [v for v in range(2, total + 1) if total % v == 0 and min(values) <= v <= max(values)]
+        low = int(g.low) if g.type == "int" else min(v for v in g.choices if isinstance(v, int))
+        fits = [d for d in divisors(total) if d >= max(low, 2)][:12]
         raise ConfigError(f"total_batch: {total} is not divisible by {G_PATH} = {', '.join(map(str, bad))} "
                           f"(allowed by space.{G_PATH}); every G must divide total_batch so that each trial "
-                          f"has total_batch / G prompts: e.g. {G_PATH}: {{type: categorical, choices: {divisors}}}, "
+                          f"has total_batch / G prompts: e.g. {G_PATH}: {{type: categorical, choices: {fits}}}, "
                           "or another total_batch")
 
 
 # Budget keys shared with a sweep spec that only LOO verdicts read: tune makes no verdicts, so it refuses
 # any value but the default (check_tune_values) and leaves them out of a study's identity (tune.py).
 VERDICT_ONLY_BUDGET_KEYS = ("min_compute_ratio", "min_a_shift")
+
+
+MAX_TRIALS = 100_000  # each trial is a training run; Optuna's TPE slows with the study's size
+
+
+def check_storage(url: str | None) -> None:
+    """An Optuna storage URL whose database driver SQLAlchemy can load (no connection is made)."""
+    if url is None:
+        return
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError):
+        raise ConfigError("storage: not a database URL SQLAlchemy can open (e.g. sqlite:///runs/optuna.db or "
+                          "postgresql://user@host/db); null keeps the study in the tune directory") from None
+    except ImportError as error:
+        raise ConfigError(f"storage: its database driver is not installed ({error.name}); install it, or null "
+                          "keeps the study in a SQLite file in the tune directory") from None
 
 
 def check_tune_values(spec: TuneSpec) -> None:
@@ -311,8 +344,10 @@ def check_tune_values(spec: TuneSpec) -> None:
         raise ConfigError(f"objective.direction: got {spec.objective.direction!r}, expected maximize or minimize")
     if spec.sampler.name not in SAMPLERS:
         raise ConfigError(f"sampler.name: got {spec.sampler.name!r}, expected one of {', '.join(SAMPLERS)}")
-    if spec.trials < 1:
-        raise ConfigError(f"trials: got {spec.trials}, expected >= 1")
+    if not 1 <= spec.trials <= MAX_TRIALS:
+        raise ConfigError(f"trials: got {spec.trials}, expected in [1, {MAX_TRIALS:,}]")
+    check_storage(spec.storage)
+    check_mlflow_uri(spec.tracking.mlflow_uri)
     if spec.parallelism < 1:
         raise ConfigError(f"parallelism: got {spec.parallelism}, expected >= 1")
     if not spec.space:

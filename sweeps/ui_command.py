@@ -37,7 +37,11 @@ def _store(sweep_dir: Path) -> tuple[str, str | None]:
     uri = f"sqlite:///{store.resolve()}"
     from mlflow.tracking import MlflowClient
 
-    name = json.loads((sweep_dir / schema.SWEEP_FILE).read_text()).get(schema.SWEEP_NAME)
+    from recipe.tracking import read_json_file
+
+    info_path = sweep_dir / schema.SWEEP_FILE
+    name = read_json_file(info_path).get(schema.SWEEP_NAME) if info_path.is_file() else None
+    name = name if isinstance(name, str) else None
     experiment = MlflowClient(tracking_uri=uri).get_experiment_by_name(name) if name else None
     return uri, experiment.experiment_id if experiment else None
 

@@ -30,8 +30,10 @@ def train(cfg: "RecipeConfig", run_dir: str | Path, *, device: str = "auto",
     to interrupt a run at a known point.
     """
     from components import REGISTRIES
+    from recipe.preflight import check_can_run
     from recipe.run import configure_cuda, resolve_device
 
+    check_can_run(cfg)  # files and memory, before a model, a process or the run directory exists
     device = resolve_device(device)
     if device.startswith("cuda"):
         configure_cuda()

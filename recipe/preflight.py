@@ -1,0 +1,93 @@
+"""Checks of a resolved recipe against the files and the machine a job will use, before anything is allocated.
+
+What the recipe schema cannot know: that `model.path` is a model directory, that the task's JSONL
+files hold prompt/answer rows, and that the embedded model's weights, gradients and AdamW moments fit
+in the memory of the machine that trains it. `sweep plan` and `sweep run` check them for jobs that run
+on this machine (local and debug executors) and name them as checked on the node for SLURM jobs;
+every job checks them again where it runs (recipe.engines.train), before building a model or a run
+directory. Torch-free.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from components.registry import ConfigError
+
+# Bytes per parameter of the embedded model while it trains, all fp32: weights, gradients and AdamW's
+# two moments in the trainer (16), and the generator's copy of the weights (4).
+TRAINING_BYTES_PER_PARAMETER = 20
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory of this machine (what one local job could use at most)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def training_bytes(cfg: Any) -> int | None:
+    """Bytes the embedded model's parameters take while training (None for a model directory: its size is
+    read from the directory only when loaded)."""
+    from recipe.config import embedded_parameters, flatten_config, to_dict
+
+    if cfg.model.path != "embedded":
+        return None
+    return TRAINING_BYTES_PER_PARAMETER * embedded_parameters(flatten_config(to_dict(cfg)))
+
+
+def check_memory(cfg: Any, available: int, where: str) -> None:
+    """The embedded model's training state must fit in `available` bytes of `where`'s memory."""
+    needed = training_bytes(cfg)
+    if needed is not None and needed > available:
+        raise ConfigError(f"model.hidden_size: the embedded model of this shape needs ~{needed / 2**30:.1f} GiB "
+                          f"to train ({TRAINING_BYTES_PER_PARAMETER} bytes a parameter), over the "
+                          f"{available / 2**30:.1f} GiB of {where}; use a smaller model shape")
+
+
+def recipe_paths(cfg: Any) -> list[tuple[str, str]]:
+    """(key, path) of every file or directory the recipe reads."""
+    paths = [] if cfg.model.path == "embedded" else [("model.path", cfg.model.path)]
+    if cfg.task.name == "jsonl":
+        paths += [(key, value) for key, value in (("task.train_path", cfg.task.train_path),
+                                                  ("task.validation_path", cfg.task.validation_path)) if value]
+    return paths
+
+
+def check_files(cfg: Any) -> None:
+    """model.path is a Hugging Face model directory; task files are JSONL files of prompt/answer rows."""
+    for key, value in recipe_paths(cfg):
+        path = Path(value)
+        if key == "model.path":
+            if not (path / "config.json").is_file():
+                what = "no such directory" if not path.exists() else "not a model directory (no config.json)"
+                raise ConfigError(f"model.path: got {value!r}, {what}; give a Hugging Face model directory "
+                                  "(save_pretrained), or `embedded` for the testbed's model")
+        else:
+            if not path.is_file():
+                raise ConfigError(f"{key}: got {value!r}, no such file; give a JSONL file of "
+                                  '{"prompt": ..., "answer": ...} rows')
+            stat = path.stat()
+            check_jsonl(str(path.resolve()), stat.st_mtime_ns, stat.st_size, key)
+
+
+@functools.lru_cache(maxsize=64)
+def check_jsonl(path: str, mtime_ns: int, size: int, key: str) -> None:
+    """Every non-empty line is a JSON object with `prompt` and `answer` (cached per file version: a plan
+    checks each job's recipe, and they share their files). Nothing of the file is echoed."""
+    from recipe.tasks import JsonlError, read_jsonl
+
+    try:
+        rows = read_jsonl(path)
+    except JsonlError as error:
+        raise ConfigError(f"{key}: {error}") from None
+    if not rows:
+        raise ConfigError(f"{key}: {path} holds no rows; give a JSONL file of prompt/answer rows")
+
+
+def check_can_run(cfg: Any, available: int | None = None, where: str = "this machine") -> None:
+    """Every check of this module, for a job about to run on this machine."""
+    check_files(cfg)
+    check_memory(cfg, machine_memory_bytes() if available is None else available, where)
