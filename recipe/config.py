@@ -191,7 +191,6 @@ def check_ranges(data: Mapping[str, Any]) -> None:
     if flat.get("task.max_digits", 1) < flat.get("task.min_digits", 1):
         raise ConfigError(f"task.max_digits: got {flat['task.max_digits']!r}, expected >= task.min_digits "
                           f"({flat['task.min_digits']!r})")
-    check_model_and_task(flat)
 
 
 # The embedded model's shape a job could not build or hold: its widths must split into heads, and its
@@ -208,7 +207,10 @@ def embedded_parameters(flat: Mapping[str, Any], vocabulary: int = 200) -> int:
 
 
 def check_model_and_task(flat: Mapping[str, Any]) -> None:
-    """Cross-field rules of model and task that a job would otherwise hit only after building them."""
+    """Cross-field rules of model and task that a job would otherwise hit only after building them.
+
+    Checked on the composed recipe (compose_recipe), not per layer: `task.name=jsonl task.train_path=...`
+    are two layers, and the first alone lacks the path."""
     if flat.get("model.path") == "embedded" and "model.hidden_size" in flat:
         hidden, heads = flat["model.hidden_size"], flat["model.num_heads"]
         if hidden % heads:
@@ -477,6 +479,7 @@ def compose_recipe(source: str | Path | None, layers: Sequence[tuple[str, Mappin
     # (the one that completed the recipe: a sweep variant's axis, the overrides, the file).
     last = layers[-1][0] if layers else (str(source) if source is not None else "")
     try:
+        check_model_and_task(flatten_config(data))
         check_engine(data)
     except ConfigError as error:
         raise ConfigError(f"{last}: {error}" if last else str(error)) from None

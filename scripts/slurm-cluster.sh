@@ -2,7 +2,7 @@
 # A one-node SLURM cluster on this machine, for the tests and for a person trying `executor: slurm`.
 #
 #   scripts/slurm-cluster.sh up       install (Debian slurm-wlm + munge, first time), configure, start
-#   scripts/slurm-cluster.sh down     stop the daemons (by their pid files, never by name)
+#   scripts/slurm-cluster.sh down     stop the daemons it started, munged included (by pid files, never by name)
 #   scripts/slurm-cluster.sh status   sinfo of the running cluster
 #   eval "$(scripts/slurm-cluster.sh env)"   point sbatch/squeue/submitit at it in this shell
 #
@@ -22,6 +22,10 @@ install_packages() {
     if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
         && command -v munged >/dev/null; then
         return
+    fi
+    if [ "${SCALERL_NO_INSTALL:-0}" = 1 ]; then
+        log "slurm-wlm and munge are not installed (SCALERL_NO_INSTALL=1: not installing them)"
+        exit 3
     fi
     log "installing slurm-wlm and munge (Debian packages)"
     export DEBIAN_FRONTEND=noninteractive
@@ -98,7 +102,14 @@ start_munge() {
     chmod 0400 /etc/munge/munge.key
     chmod 0755 /run/munge
     runuser -u munge -- /usr/sbin/munged
-    for _ in $(seq 50); do munge -n >/dev/null 2>&1 && return; sleep 0.1; done
+    # munged writes its pid file itself; a copy here marks it as ours, so `down` stops it (and only it).
+    for _ in $(seq 50); do
+        if munge -n >/dev/null 2>&1; then
+            [ -s /run/munge/munged.pid ] && cp /run/munge/munged.pid "$STATE/munged.pid"
+            return
+        fi
+        sleep 0.1
+    done
     log "munged did not start"; exit 1
 }
 
@@ -128,7 +139,7 @@ up() {
 }
 
 down() {
-    for daemon in slurmd slurmctld; do
+    for daemon in slurmd slurmctld munged; do
         if pid_alive "$STATE/$daemon.pid"; then
             kill "$(cat "$STATE/$daemon.pid")"
             for _ in $(seq 50); do pid_alive "$STATE/$daemon.pid" || break; sleep 0.1; done

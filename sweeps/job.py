@@ -14,9 +14,14 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from components.registry import ConfigError
 from recipe.config import RecipeConfig
 from sweeps.progress import compute_key
 from sweeps.state import RunLock, is_done, mark_done
+
+
+# The key of a job's result when it stopped on an input error: deterministic, so the driver does not retry it.
+INPUT_ERROR = "input_error"
 
 
 class TargetReached(Exception):
@@ -64,6 +69,8 @@ class TrainingJob:
                 train(self.recipe, run_dir, device="auto", on_eval=on_eval, on_step=on_step)
             except TargetReached:
                 pass
+            except ConfigError as error:  # an input only the job's node could check (recipe.preflight)
+                return {INPUT_ERROR: " ".join(str(error).split())}
             if not reached:
                 raise RuntimeError(
                     f"{run_dir}: max_steps={self.recipe.max_steps} ended before {key} reached {self.target}; "

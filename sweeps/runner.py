@@ -66,6 +66,20 @@ def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None
     ])
 
 
+INPUT_ERROR_PREFIX = "input error: "
+
+
+def job_input_error(handle: Any) -> str | None:
+    """The input error a job returned (sweeps.job.INPUT_ERROR), or None."""
+    from sweeps.job import INPUT_ERROR
+
+    try:
+        result = handle.result()
+    except Exception:
+        return None
+    return result.get(INPUT_ERROR) if isinstance(result, dict) else None
+
+
 def check_run_configs(jobs: list[Job]) -> None:
     """A started job's config.yaml must be its recipe's: a damaged one would fail that job at every attempt
     (recipe.run.prepare_run_dir refuses a run directory of another config). Named here, before launching."""
@@ -149,7 +163,7 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
     """Run every job of `spec` to its target; returns 0 when all are done, 1 if any failed."""
     stream = stream or sys.stdout
     from sweeps.launcher import Launcher, job_error, job_finished, job_log
-    from sweeps.tracking import SweepTracker
+    from sweeps.tracking import SweepTracker, mlflow_record
 
     started = time.time()
     timer = HarnessTimer()
@@ -158,6 +172,9 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
     check_jobs_can_run(spec, jobs)
     check_output_dir(spec)
     check_run_configs(jobs)
+    for job in jobs:  # a damaged state file or mlflow.json is named before anything is written
+        read_state(sweep_dir, job.run_id)
+    mlflow_record(sweep_dir)
     write_sweep_files(spec, sweep_dir, jobs)
     tracker = SweepTracker(spec, sweep_dir, jobs)
     print(f"sweep {spec.name}: {len(jobs)} jobs in {sweep_dir}; MLflow {tracker.uri} "
@@ -216,7 +233,12 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
                 tracker.mirror(job)
                 state = read_state(sweep_dir, run_id)
                 error = job_error(handle)
-                if error is None and is_done(job.run_dir):
+                input_error = job_input_error(handle) if error is None else None
+                if input_error is not None:  # the same inputs fail the same way: not retried
+                    state.status, state.last_error = FAILED, f"{INPUT_ERROR_PREFIX}{input_error}"
+                    state.attempts = max(state.attempts, max_attempts)
+                    tracker.finish(job, "FAILED")
+                elif error is None and is_done(job.run_dir):
                     state.status = DONE
                     tracker.finish(job, "FINISHED")
                 else:
@@ -248,8 +270,14 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
     if failed:
         for row in failed:
             state = read_state(sweep_dir, row.job.run_id)
-            retry = "retried by the next `sweep run`" if state.attempts < max_attempts else \
-                f"failed {state.attempts} times (executor.max_attempts); delete {sweep_dir}/state/{row.job.run_id}.json to retry"
+            state_file = f"{sweep_dir}/state/{row.job.run_id}.json"
+            if (state.last_error or "").startswith(INPUT_ERROR_PREFIX):
+                retry = (f"rerunning fails the same way: fix the input it names, then delete {state_file} and rerun "
+                         "`sweep run`")
+            elif state.attempts < max_attempts:
+                retry = "retried by the next `sweep run`"
+            else:
+                retry = f"failed {state.attempts} times (executor.max_attempts); delete {state_file} to retry"
             print(f"FAILED {row.job.variant} seed {row.job.seed}: {state.last_error}\n  log: {state.log_path}\n  {retry}",
                   file=stream)
         tracker.finish_sweep("FAILED")

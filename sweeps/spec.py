@@ -298,11 +298,16 @@ def check_output_dir(spec: SweepSpec) -> None:
     with os.scandir(path) as entries:
         if next(entries, None) is None:
             return
-    info_path = path / "sweep.json"
-    if not info_path.is_file():
+    # The sweep's name is in sweep.json, and in the frozen spec.yaml beside it (so a sweep directory whose
+    # damaged sweep.json the user removed, as its error says to, is still recognised).
+    info_path, frozen_path = path / "sweep.json", path / "spec.yaml"
+    if info_path.is_file():
+        name = read_json_file(info_path).get("name")
+    elif frozen_path.is_file():
+        name = read_spec_file(frozen_path).get("name")
+    else:
         raise ConfigError(f"{key}: {str(path)!r} holds files but no sweep (no sweep.json): it is not this sweep's "
                           f"directory; {fix}")
-    name = read_json_file(info_path).get("name")
     if name != spec.name:
         other = f"sweep {name!r}" if isinstance(name, str) and name.replace("-", "_").replace(".", "_").isidentifier() \
             else "another sweep"

@@ -77,6 +77,9 @@ def run(args) -> int:
     if args.recipe is not None and "=" in args.recipe and not args.recipe.endswith((".yaml", ".yml")):
         args.overrides, args.recipe = [args.recipe, *args.overrides], None  # only overrides were given
     cfg = load_recipe(args.recipe, args.overrides)
+    from recipe.preflight import check_can_run
+
+    check_can_run(cfg)  # files and memory: refused before torch is imported or a run directory exists
     threads = resolve_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     import torch

@@ -297,8 +297,9 @@ def check_total_batch(spec: TuneSpec, params: list[ParamSpec]) -> None:
     values = (v for v in param_values(g) if isinstance(v, int) and not isinstance(v, bool))
     bad = list(itertools.islice((v for v in values if v <= 0 or total % v), 5))
     if bad:
-        low = int(g.low) if g.type == "int" else min(v for v in g.choices if isinstance(v, int))
-        fits = [d for d in divisors(total) if d >= max(low, 2)][:12]
+        ints = [] if g.type == "int" else [v for v in g.choices if isinstance(v, int)]
+        low, high = (int(g.low), int(g.high)) if g.type == "int" else (min(ints), max(ints))
+        fits = [d for d in divisors(total) if max(low, 2) <= d <= high][:12]
         raise ConfigError(f"total_batch: {total} is not divisible by {G_PATH} = {', '.join(map(str, bad))} "
                           f"(allowed by space.{G_PATH}); every G must divide total_batch so that each trial "
                           f"has total_batch / G prompts: e.g. {G_PATH}: {{type: categorical, choices: {fits}}}, "

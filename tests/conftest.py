@@ -70,3 +70,13 @@ def tiny_recipe(tiny_overrides):
     from recipe.config import load_recipe
 
     return lambda *overrides, run_steps=8: load_recipe(None, tiny_overrides(*overrides, run_steps=run_steps))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No service the suite started may outlive it (tests/services.py): a leftover one fails the session."""
+    from tests.services import still_running
+
+    alive = still_running()
+    if alive:
+        print(f"\nservices the tests started are still running: {', '.join(alive)}", flush=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

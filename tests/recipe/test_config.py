@@ -74,7 +74,7 @@ def test_bad_recipes_fail_with_one_message_naming_path_value_and_expectation(tmp
 def test_bad_overrides_fail_clearly():
     with pytest.raises(ConfigError, match=r"override 'loss': expected key=value"):
         load_recipe(overrides=["loss"])
-    with pytest.raises(ConfigError, match=r"overrides: off_policy\.k: got 0, expected >= 1"):
+    with pytest.raises(ConfigError, match=r"overrides: off_policy\.k: got 0, expected in \[1, 1024\]"):
         load_recipe(overrides=["off_policy.k=0"])
 
 

@@ -15,6 +15,7 @@ from reports.publish import report_sweep
 from reports.sweep_data import load_sweep
 from reports.tables import fit_sweep
 from reports.ui import jobs_url, start_ui
+from tests.services import record_started
 from tests.reports.synthetic import EXPECTED_VERDICTS, log_to_mlflow, make_sweep
 from tests.reports.tools import chromium, ink_fraction
 
@@ -43,6 +44,7 @@ def _rest(base: str, path: str, body: dict) -> dict:
 def test_ui_shows_the_jobs_and_rest_api_has_fit_metrics_and_verdicts(logged, tmp_path):
     info = logged["info"]
     url, stop = start_ui(info["tracking_uri"], experiment_id=info["experiment_id"], log_path=tmp_path / "ui.log")
+    record_started("mlflow ui", stop.pid)
     try:
         assert url.endswith(f"/#/experiments/{info['experiment_id']}/runs")
         base = url.split("/#")[0]

@@ -9,12 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.services import may_install_system_packages, no_install_reason
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def ensure_tool(tool: str, script: str) -> str:
     """The tool's path, installing it with scripts/<script> when missing; skip the test if that fails."""
     if shutil.which(tool) is None:
+        if not may_install_system_packages():
+            pytest.skip(no_install_reason(tool))
         result = subprocess.run(["sh", str(SCRIPTS / script)], capture_output=True, text=True, timeout=600)
         if result.returncode != 0 or shutil.which(tool) is None:
             pytest.skip(f"{tool} is missing and scripts/{script} failed: {(result.stderr or result.stdout)[-300:]}")

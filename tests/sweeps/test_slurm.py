@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from sweeps.cli import main
+from tests.services import may_install_system_packages, no_install_reason, record_started
 from tests.sweeps.tiny_spec import TINY_JOB_OVERRIDES
 
 pytestmark = pytest.mark.slurm
@@ -38,14 +39,26 @@ output_dir: {out}
 """
 
 
+DAEMONS = ("slurmctld", "slurmd", "munged")
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster():
+    """A one-node cluster for this module: brought up (installed only where tests/services.py allows) and,
+    when this fixture started it, stopped again at the end, munged included."""
     if os.geteuid() != 0:
         pytest.skip("bringing up SLURM needs root")
+    if not all(shutil.which(tool) for tool in (*DAEMONS, "sbatch")) and not may_install_system_packages():
+        pytest.skip(no_install_reason("slurm-wlm (slurmctld, slurmd, sbatch) with munge"))
     script = REPO / "scripts" / "slurm-cluster.sh"
+    state = Path(os.environ.get("SCALERL_SLURM_DIR", "/tmp/scalerl-slurm"))
+    was_running = {daemon: pid_alive(state / f"{daemon}.pid") for daemon in DAEMONS}
     result = subprocess.run([str(script), "up"], capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
         pytest.skip(f"could not bring up SLURM here: {result.stderr.strip()[-500:]}")
+    started = [daemon for daemon in DAEMONS if not was_running[daemon] and pid_alive(state / f"{daemon}.pid")]
+    for daemon in started:
+        record_started(daemon, pid_alive(state / f"{daemon}.pid"))
     env = subprocess.run([str(script), "env"], capture_output=True, text=True, check=True).stdout
     conf, path = re.search(r"SLURM_CONF=(\S+) PATH=(\S+):\$PATH", env).groups()
     saved = {key: os.environ.get(key) for key in ("SLURM_CONF", "PATH")}
@@ -53,6 +66,18 @@ def slurm_cluster():
     yield
     for key, value in saved.items():
         os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    if started:  # a cluster that was up before the tests stays up; one they brought up goes down
+        subprocess.run([str(script), "down"], capture_output=True, text=True, timeout=120)
+
+
+def pid_alive(pid_file: Path) -> int | None:
+    """The pid in pid_file when that process is alive, else None."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @pytest.fixture(autouse=True)
