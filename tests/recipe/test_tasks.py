@@ -71,8 +71,22 @@ def test_jsonl_math_task_checks_with_math_verify(tmp_path):
 def test_jsonl_rows_need_prompt_and_answer(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"question": "1+1", "answer": "2"}) + "\n")
-    with pytest.raises(ValueError, match="bad.jsonl:1: a row needs 'prompt' and 'answer'"):
+    with pytest.raises(ValueError, match="bad.jsonl line 1: a row needs 'prompt' and 'answer' fields$"):
+        read_jsonl(str(path))  # the row's own keys are not echoed (the file may hold anything)
+    path.write_text('{"prompt": "1+1", "answer": "2"}\n{"prompt": \n')
+    with pytest.raises(ValueError, match="bad.jsonl line 2: not JSON"):
         read_jsonl(str(path))
+
+
+def test_the_pool_size_is_counted_exactly():
+    # Brute force over every operand pair the sampler can draw (has_carry_in is the sampler's own rule).
+    from recipe.tasks import count_addition_problems, has_carry_in
+
+    for low, high in ((1, 1), (1, 2), (2, 2)):
+        widths = range(low, high + 1)
+        brute = sum(1 for a in range(10 ** high) for b in range(10 ** high)
+                    if len(str(a)) in widths and len(str(b)) in widths and has_carry_in(a, b))
+        assert count_addition_problems(low, high) == brute
 
 
 def test_validation_split_does_not_depend_on_the_pool_size():

@@ -26,29 +26,16 @@ from typing import Callable
 
 import pytest
 
+from tests.sweeps.test_bad_inputs import CSV_HEADER, FIT, SPEC, TUNE
+
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cr3t-value-9f2c"  # planted in files and in the environment; must never be printed
 MAX_MB, MAX_SECONDS = 700, 60.0
 
-SPEC = """\
-name: t
-axes: {loss: dapo}
-budget: {unit: device_seconds, fit_at: 10, target: 20}
-executor: {name: local, local: {max_parallel: 1, cores_per_job: 2}}
-"""
 SLURM = SPEC.replace("name: local, local: {max_parallel: 1, cores_per_job: 2}", "name: slurm, slurm: {%s}")
-TUNE = """\
-name: t
-space:
-  optimizer.lr: {type: float, low: 1.0e-5, high: 3.0e-4, log: true}
-budget: {unit: device_seconds, fit_at: 150, target: 300}
-trials: 2
-"""
 G_RANGE = "rollout.samples_per_prompt: {type: int, low: 2, high: 100000000}"
-PASSWD = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
 DOTENV = f"API_KEY={SECRET}\nDATABASE_URL=postgres://u:{SECRET}@h/db\n"
-HEADER = "run,compute,pass_rate\n"
-FIT = ["--fit-until", "150", "--target", "300"]
+HEADER = CSV_HEADER
 CURVE = "".join(f"a,{c},{0.2 + 0.5 * c / (c + 100):.4f}\n" for c in range(0, 400, 20))
 
 
@@ -270,14 +257,16 @@ def snapshot(root: Path) -> dict[str, str]:
     return state
 
 
+# Peak RSS from /proc/self/status (VmHWM, kB): getrusage's ru_maxrss would also count the pytest process this
+# one was forked from (Linux carries the forked memory's high-water mark across exec).
 RUNNER = """\
-import resource, sys
+import sys
 from sweeps.cli import main
 try:
     code = main(sys.argv[2:])
 finally:
-    peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-    open(sys.argv[1], "w").write(str(peak))
+    status = open("/proc/self/status").read()
+    open(sys.argv[1], "w").write(status.split("VmHWM:")[1].split()[0])
 sys.exit(code)
 """
 

@@ -187,3 +187,18 @@ def test_a_trl_sweep_runs_end_to_end_and_resumes_after_kill_9_of_driver_and_jobs
     assert_complete_curves(out, 2)
     assert (out / "report.pdf").is_file() and (out / "loo_table.csv").is_file()
     assert list(out.glob("runs/*/trl/checkpoint-*")), "the jobs checkpoint through TRL"
+
+
+def test_a_job_that_stops_on_an_input_error_is_not_retried(tmp_path, capsys, monkeypatch):
+    # On SLURM a model path on the cluster's filesystem is checked by the job on its node, not by the plan;
+    # the plan-time check is switched off here to stand for that. The job itself runs for real and refuses.
+    monkeypatch.setattr("sweeps.runner.check_jobs_can_run", lambda spec, jobs: [])
+    spec = write_spec(tmp_path, executor="debug")
+    spec.write_text(spec.read_text().replace("  model: {", f"  model: {{path: {tmp_path}/gone, "))
+    assert main(["run", str(spec)]) == 1
+    text = capsys.readouterr().out
+    assert "FAILED base seed 0: input error: model.path: got" in text and "no such directory" in text
+    assert "rerunning fails the same way: fix the input it names" in text
+    assert not list((tmp_path / "out" / "runs").glob("*/config.yaml")), "no run directory is made for an input error"
+    assert main(["run", str(spec)]) == 1  # not relaunched: the same refusal, at once
+    assert "rerunning fails the same way" in capsys.readouterr().out
