@@ -37,7 +37,9 @@ def read_mlflow_file(sweep_dir: Path) -> dict | None:
     info = read_json_file(path, dict, fix)
     for key, kind in ((schema.MLFLOW_TRACKING_URI, str), (schema.MLFLOW_EXPERIMENT_ID, str),
                       (schema.MLFLOW_PARENT_RUN_ID, str), (schema.MLFLOW_CHILD_RUNS, dict)):
-        if key in info and not isinstance(info[key], kind):
+        if key not in info:
+            raise DamagedFileError(f"{path}: damaged (it lacks {key}); {fix}")
+        if not isinstance(info[key], kind):
             raise DamagedFileError(f"{path}: damaged ({key} is not a {kind.__name__}); {fix}")
     return info
 

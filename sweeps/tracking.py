@@ -84,6 +84,7 @@ class SweepTracker:
             self.client.log_batch(parent.info.run_id, params=[Param(key, value) for key, value in budget.items()])
             state = {"tracking_uri": self.uri, "experiment_id": experiment_id,
                      "parent_run_id": parent.info.run_id, "child_runs": {}, "mirrored_lines": {}}
+        state.setdefault("mirrored_lines", {})
         self.state = state
         self.add_jobs(jobs)
 

@@ -22,8 +22,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _store(sweep_dir: Path) -> tuple[str, str | None]:
     """(tracking URI, experiment id) of the sweep: mlflow.json, else the default SQLite store and the sweep's name."""
-    import json
-
     from reports import schema
     from reports.mlflow_sync import read_mlflow_file
     from sweeps.cli import UsageError

@@ -439,6 +439,8 @@ PROCESS_CASES = [
          setup=sweep_dir({"runs/*/config.yaml": "seed: 1\n"})),
     ProcessCase("ui-damaged-mlflow-json", ["ui", "out", "--detach"], ("mlflow.json: damaged (not valid JSON)",),
          setup=sweep_dir({"mlflow.json": '{"tracking'})),
+    ProcessCase("ui-mlflow-json-without-experiment", ["ui", "out", "--detach"], ("mlflow.json: damaged (it lacks",),
+                setup=sweep_dir({"mlflow.json": '{"tracking_uri": "sqlite:///x.db"}'})),
     ProcessCase("run-mlflow-json-wrong-type", ["run", "spec.yaml"],
          ("mlflow.json: damaged (tracking_uri is not a str)",),
          setup=sweep_dir({"mlflow.json": '{"tracking_uri": 5}'})),
