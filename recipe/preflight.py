@@ -11,7 +11,6 @@ directory. Torch-free.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from pathlib import Path
 from typing import Any

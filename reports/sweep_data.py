@@ -198,8 +198,6 @@ def read_metrics_file(path: Path) -> list[dict]:
 
 def load_sweep(sweep_dir: str | Path) -> SweepData:
     """Read a sweep directory (sweep.json, plan.json, runs/*/config.yaml and metrics.jsonl) into SweepData."""
-    import yaml
-
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise SweepDataError(f"{sweep_dir}: no such sweep directory")

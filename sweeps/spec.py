@@ -24,8 +24,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Dict, Literal, Optional, Tuple
 
-from omegaconf import OmegaConf
-
 from components.registry import ConfigError, describe_value, shown_key
 from recipe.config import build_dataclass, check_no_interpolation, check_section, load_config_file, read_yaml
 

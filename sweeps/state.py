@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import json
 import os
 import time
 import typing
