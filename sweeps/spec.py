@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Dict, Literal, Optional, Tuple
 
 from components.registry import ConfigError, describe_value, shown_key
-from recipe.config import build_dataclass, check_no_interpolation, check_section, load_config_file, read_yaml
+from recipe.config import (MAX_SEED, build_dataclass, check_no_interpolation, check_section, load_config_file,
+                           read_yaml)
 
 # Compute axes a run records at every evaluation point (recipe/compute accounting).
 COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens")
@@ -153,7 +154,6 @@ def check_budget(budget: BudgetSpec) -> None:
                           "intervals clear)")
 
 
-MAX_SEED = 2**32 - 1  # recipe.config.MAX_SEED: numpy takes seeds in [0, 2^32)
 SLURM_MAX_MINUTES = 366 * 24 * 60
 # Tracking URI schemes MLflow stores accept (a bare path is a file store).
 MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
