@@ -32,6 +32,7 @@ from recipe.engines.support import check_engine
 from recipe.run_config import (
     EVAL_DRAWS,
     MODEL_DTYPES,
+    SHARDINGS,
     TASK_NAMES,
     CheckpointConfig,
     EngineConfig,
@@ -76,7 +77,7 @@ AXES = tuple(REGISTRIES)
 NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped")
 # Keys added after runs existed, and the value at which a run computes what those runs computed: at
 # that value the key stays out of the id, so a sweep begun before the key existed resumes its jobs.
-ID_UNCHANGED_AT = {"eval.draws": "common"}
+ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none"}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -171,7 +172,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 
 
 # The string run settings with a fixed set of values (component names are checked by their registries).
-CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS, "task.name": TASK_NAMES, "model.dtype": MODEL_DTYPES}
+CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS, "task.name": TASK_NAMES, "model.dtype": MODEL_DTYPES,
+                                       "engine.sharding": SHARDINGS}
 
 
 def check_ranges(data: Mapping[str, Any]) -> None:

@@ -9,6 +9,7 @@ from typing import Optional
 
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
+SHARDINGS = ("none", "fsdp")  # EngineConfig.sharding's values (recipe.engines.launch.SHARDING_FLAGS)
 TASK_NAMES = ("embedded", "jsonl")  # TaskConfig.name's values (recipe.tasks.build_task)
 
 
@@ -141,6 +142,9 @@ class EngineConfig:
     num_processes: int = 1
     # trl only: None generates with transformers; "colocate" or "server" uses vLLM as TRL configures it.
     vllm_mode: Optional[str] = None
+    # trl only: "none", or "fsdp" (PyTorch FSDP2 through accelerate: parameters, gradients and optimizer
+    # state split across the job's processes; recipe/engines/launch.py). accelerate shards on GPUs only.
+    sharding: str = "none"
 
 
 @dataclass(frozen=True)

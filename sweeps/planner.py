@@ -15,6 +15,7 @@ from typing import Any
 from components import REGISTRIES
 from components.registry import ConfigError, shown_key
 from recipe.config import RecipeConfig, compose_data, compose_recipe, flatten_config, run_id, to_dict
+from recipe.engines.launch import is_launched, launch_command
 from sweeps.spec import SweepSpec, base_source, output_dir
 
 BASE = "base"
@@ -157,21 +158,22 @@ def check_engines(spec: SweepSpec, jobs: list[Job]) -> None:
 
 
 def check_gpus(spec: SweepSpec, job: Job) -> None:
-    """A multi-process trl job on SLURM needs a GPU per process on its node."""
-    processes = job.recipe.engine.num_processes
+    """A launched trl job on SLURM (several processes, or a sharded model) needs a GPU per process on its node."""
+    engine = job.recipe.engine
     gpus = spec.executor.slurm.gpus_per_node
-    if spec.executor.name == "slurm" and processes > 1 and processes > gpus:
+    if spec.executor.name == "slurm" and is_launched(engine.num_processes, engine.sharding) \
+            and engine.num_processes > gpus:
+        why = "one GPU each" if engine.sharding == "none" else f"one GPU each: engine.sharding {engine.sharding}"
         raise ConfigError(f"executor.slurm.gpus_per_node: got {gpus}, but job {job.variant} runs engine.num_processes "
-                          f"{processes} (one GPU each); set gpus_per_node: {processes} or lower engine.num_processes")
+                          f"{engine.num_processes} ({why}); set gpus_per_node: {engine.num_processes} or lower "
+                          "engine.num_processes")
 
 
 def launch_line(job: Job) -> str:
     """What a job runs on its node: in-process, or the accelerate command of a multi-process trl job."""
     engine = job.recipe.engine
-    if engine.name == "trl" and engine.num_processes > 1:
-        from recipe.engines.launch import launch_command
-
-        return " ".join(launch_command(job.run_dir, engine.num_processes))
+    if engine.name == "trl" and is_launched(engine.num_processes, engine.sharding):
+        return " ".join(launch_command(job.run_dir, engine.num_processes, engine.sharding, job.recipe.model.dtype))
     return f"in the job's process (engine {engine.name})"
 
 

@@ -23,7 +23,8 @@ ratios use the behaviour logprobs the generator recorded; nothing is recomputed 
 
 Compute (recipe/compute.py): wall device-seconds = the trainer loop's wall-clock (waits included,
 evaluations and checkpoint writes excluded; the generator is paused while the trainer evaluates) x
-(generator_devices + trainer_devices). CPU-seconds, the device-seconds of a CPU run, = the generator
+the devices held (devices_held: generator_devices + trainer_devices cores on CPU; on CUDA the
+distinct GPUs of the two roles, 1 when they share a one-GPU machine). CPU-seconds, the device-seconds of a CPU run, = the generator
 process's CPU time around each order it samples (shipped with the groups, like its wall-clock) + the
 trainer process's CPU time over the same loop steps as its wall-clock. A role waiting for the other
 costs no CPU time, so on CPU the overlap of the two roles saves wall-clock, not device-seconds.
@@ -179,11 +180,11 @@ def role_main(role: str, body: Callable, channels: Channels, *args) -> None:
         raise
 
 
-def role_device(device: str, role: str, mode) -> str:
+def role_device(device: str, role: str, mode, gpus: int | None = None) -> str:
     """Where a role runs: CPU roles share the machine (their thread counts split the cores); on
     CUDA the trainer takes GPU 0 and the generator the next one when the node has it (GPU 0 too
-    on a one-GPU machine). One GPU per role for now: larger roles need data-parallel generation
-    and training (the GPU issue)."""
+    on a one-GPU machine: `gpus`, default torch.cuda.device_count()). One GPU per role for now:
+    larger roles need data-parallel generation and training."""
     if not str(device).startswith("cuda"):
         return "cpu"
     if mode.generator_devices > 1 or mode.trainer_devices > 1:
@@ -191,7 +192,16 @@ def role_device(device: str, role: str, mode) -> str:
                          "on CUDA set both to 1 (one GPU per role)")
     if role == "trainer":
         return "cuda:0"
-    return "cuda:1" if torch.cuda.device_count() > 1 else "cuda:0"
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    return "cuda:1" if gpus > 1 else "cuda:0"
+
+
+def devices_held(device: str, mode, gpus: int | None = None) -> int:
+    """The devices the job holds, which its compute is charged for: the two roles' cores on CPU, the
+    distinct GPUs the roles run on on CUDA (two roles sharing one GPU hold one device)."""
+    if not str(device).startswith("cuda"):
+        return mode.generator_devices + mode.trainer_devices
+    return len({role_device(device, role, mode, gpus) for role in ("trainer", "generator")})
 
 
 def enter_role(device: str, role: str, mode) -> str:
@@ -207,8 +217,9 @@ def enter_role(device: str, role: str, mode) -> str:
 
 def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: str, stop_at_step: int | None) -> None:
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
+    held = devices_held(device, mode)  # of the job's device ("cuda"), before this role takes its own
     device = enter_role(device, "trainer", mode)
-    run = Run(cfg, Path(run_dir), device, devices=mode.generator_devices + mode.trainer_devices)
+    run = Run(cfg, Path(run_dir), device, devices=held)
     k, P = mode.k, cfg.rollout.prompts_per_batch
     channels.handoff.put(channels.weights.create(run.model))
     channels.weights.publish(run.model, run.step)

@@ -91,6 +91,9 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
     if recipe["engine"]["vllm_mode"] not in (None, "colocate", "server"):
         raise UnsupportedRecipe(f"engine.vllm_mode: got {recipe['engine']['vllm_mode']!r}, expected null, colocate or server")
     if engine == "native":
+        if recipe["engine"]["sharding"] != "none":
+            raise UnsupportedRecipe("engine.sharding: only engine trl shards a model; set engine.sharding none "
+                                    "for engine native (or engine.name trl)")
         if recipe["engine"]["vllm_mode"] is not None:
             raise UnsupportedRecipe("engine.vllm_mode: only engine trl uses it; set it to null for engine native")
         if recipe["engine"]["num_processes"] != 1:

@@ -19,8 +19,9 @@ refused. What we add at TRL's extension points, so a curve from this engine read
   writes our state (meter, pending metrics) into the checkpoint folder.
 Resume: the newest TRL checkpoint under run_dir/trl that holds our state file (written last, so a
 checkpoint torn by a kill is never used) is passed to `trainer.train(resume_from_checkpoint=...)`.
-With engine.num_processes > 1 the job runs this module under `accelerate launch` (launch_command);
-only the main process evaluates and logs, every process learns whether to stop.
+With engine.num_processes > 1 or engine.sharding fsdp the job runs this module under `accelerate
+launch` (recipe/engines/launch.py); only the main process logs (a sharded model is evaluated by every
+process, whose forward passes gather its parameters), every process learns whether to stop.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import math
 import os
 import sys
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,7 +41,8 @@ from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
 from recipe.config import RecipeConfig, load_recipe, run_id, to_dict
 from recipe.evaluation import evaluate, evaluation_steps
 from recipe.advantages import filter_and_normalize
-from recipe.engines.launch import launch_command
+from components.registry import ConfigError
+from recipe.engines.launch import free_port, is_launched, launch_command
 from recipe.model import load_model_dir
 from recipe.run import (Averager, build_components, default_devices, evaluation_kwargs, model_directory,
                         prepare_run_dir, rollout_metrics)
@@ -103,6 +106,26 @@ def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str,
         "logging_steps": 1, "report_to": "none", "disable_tqdm": True, "log_completions": False,
         "eval_strategy": "no", "dataloader_num_workers": 0, "remove_unused_columns": False,
     }
+
+
+@contextmanager
+def gathered_parameters(model):
+    """An FSDP2-sharded model with its root parameters (embeddings, final norm, head) gathered.
+
+    recipe.generator calls the model's body and head weight directly, not model(...), so FSDP's root
+    forward hook, which gathers them, never runs (torch: "got mixed torch.Tensor and DTensor"); the
+    decoder layers gather their own in their forward hooks. A model that is not sharded passes through.
+    Under accelerate's bf16 policy the gathered weights are bf16: the fp32 head then multiplies in fp32
+    by bf16-rounded weights, as TRL's own cast_lm_head_to_fp32 does under FSDP.
+    """
+    if not hasattr(model, "unshard"):  # torch.distributed.fsdp.FSDPModule's method
+        yield model
+        return
+    model.unshard()
+    try:
+        yield model
+    finally:
+        model.reshard()
 
 
 def bf16_head(head: torch.nn.Linear) -> None:
@@ -179,7 +202,11 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
               stop_at_step: int | None = None) -> list[dict]:
     """Run (or resume) `cfg` through TRL's GRPOTrainer in `run_dir`; the contract of recipe.engines.train."""
     run_dir = Path(run_dir)
-    if cfg.engine.num_processes > 1 and "LOCAL_RANK" not in os.environ:
+    if cfg.engine.sharding != "none" and device == "cpu":
+        # accelerate applies FSDP to GPU process groups only: on CPU it would silently train unsharded.
+        raise ConfigError(f"engine.sharding: {cfg.engine.sharding} needs CUDA devices (accelerate shards on GPUs "
+                          "only) and this job runs on cpu; set engine.sharding none")
+    if is_launched(cfg.engine.num_processes, cfg.engine.sharding) and "LOCAL_RANK" not in os.environ:
         return launch_processes(cfg, run_dir, on_eval)
     prepare_run_dir(cfg, run_dir)
     try:
@@ -228,6 +255,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
     eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
     eval_kwargs = evaluation_kwargs(cfg, components)
     k = cfg.off_policy["k"]
+    sharded = cfg.engine.sharding != "none"
 
     class StopRun(Exception):
         """on_eval stopped the run (its exception is re-raised after TRL unwinds)."""
@@ -239,13 +267,17 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         from accelerate.utils import broadcast_object_list
 
         verdict = [None]
-        if main:
+        # A sharded model's forward gathers its parameters from every rank, so every rank evaluates
+        # (the same prompts and seeds: the same forward calls); unsharded, the main process alone does.
+        if main or sharded:
             started = clocks()
             unwrapped = accelerator.unwrap_model(trainer.model)
             unwrapped.eval()
-            record = {"step": step, **evaluate(unwrapped, tokenizer, task, step=step, **eval_kwargs)}
+            with gathered_parameters(unwrapped):
+                record = {"step": step, **evaluate(unwrapped, tokenizer, task, step=step, **eval_kwargs)}
             unwrapped.train()
             meter.evaluation_seconds += since(started)[0]
+        if main:
             record.update(pending.pop())
             record.update(meter.metrics())
             tracker.log(record)
@@ -332,7 +364,7 @@ def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict],
     import time
 
     prepare_run_dir(cfg, run_dir)
-    command = launch_command(run_dir, cfg.engine.num_processes)
+    command = launch_command(run_dir, cfg.engine.num_processes, cfg.engine.sharding, cfg.model.dtype, port=free_port())
     seen = len(read_metrics(run_dir))
     process = subprocess.Popen(command, start_new_session=True)
     try:

@@ -129,3 +129,16 @@ def test_kill_9_of_a_role_stops_the_run_naming_it_and_a_rerun_resumes(tiny_overr
     assert rerun.returncode == 0, output
     steps = [r["step"] for r in read_metrics(run_dir)]
     assert steps == list(range(0, 25, 2))  # every eval point once, none missing
+
+
+@pytest.mark.parametrize("device, gpus, held", [("cpu", 0, 3), ("cuda", 1, 1), ("cuda", 2, 2)])
+def test_a_job_is_charged_for_the_devices_it_holds(device, gpus, held):
+    """Cores of both roles on CPU; on CUDA the distinct GPUs: two roles sharing one GPU hold one device."""
+    from recipe.engines.pipeline import devices_held, role_device
+
+    generator_cores = 2 if device == "cpu" else 1
+    mode = REGISTRIES["off_policy"].build({"name": "pipeline_rl", "k": 2, "generator_devices": generator_cores,
+                                           "trainer_devices": 1})
+    assert devices_held(device, mode, gpus) == held
+    if device == "cuda":
+        assert role_device(device, "generator", mode, gpus) == ("cuda:1" if gpus > 1 else "cuda:0")

@@ -88,6 +88,33 @@ def test_engine_settings_are_checked():
         load_recipe(None, ["engine.num_processes=2"])
     with pytest.raises(ConfigError, match="engine.vllm_mode: got 'remote'"):
         trl_recipe("engine.vllm_mode=remote")
+    with pytest.raises(ConfigError, match="engine.sharding: got 'zero9', expected one of none, fsdp"):
+        trl_recipe("engine.sharding=zero9")
+    with pytest.raises(ConfigError, match="engine.sharding: only engine trl shards a model"):
+        load_recipe(None, ["engine.sharding=fsdp"])
+
+
+def test_sharding_on_cpu_is_refused_before_anything_runs(tiny_overrides, tmp_path):
+    """accelerate applies FSDP to GPU process groups only: on CPU the job would silently train unsharded."""
+    cfg = load_recipe(None, [*tiny_overrides(), *TRL_BASE, "engine.sharding=fsdp"])
+    with pytest.raises(ConfigError, match="engine.sharding: fsdp needs CUDA devices .* set engine.sharding none"):
+        train(cfg, tmp_path / "run", device="cpu")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_launch_command_runs_accelerate_by_this_interpreter_on_a_free_port():
+    from recipe.engines.launch import SHARDING_FLAGS, free_port, launch_command
+    from recipe.run_config import SHARDINGS
+
+    assert tuple(SHARDING_FLAGS) == SHARDINGS
+    port = free_port()
+    command = launch_command("/runs/a", 2, "fsdp", "bfloat16", port=port)
+    assert command[:3] == [sys.executable, "-m", "accelerate.commands.launch"]
+    assert command[command.index("--main_process_port") + 1] == str(port) and 1024 <= port < 65536
+    assert command[command.index("--mixed_precision") + 1] == "bf16"
+    assert "--use_fsdp" in command and command[command.index("--fsdp_version") + 1] == "2"
+    assert command[-3:] == ["-m", "recipe.engines.trl", "/runs/a"]
+    assert "--use_fsdp" not in launch_command("/runs/a", 2)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -142,3 +169,47 @@ def test_kill_9_then_the_same_command_resumes_from_trls_checkpoint(tiny_override
 def test_the_readme_support_table_is_the_one_the_code_enforces():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert support_table() in readme
+
+
+GATHERED_SCRIPT = """
+import os, sys, torch, torch.distributed as dist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from components import REGISTRIES
+from recipe.engines.trl import gathered_parameters
+from recipe.generator import generate
+from recipe.model import load_model_dir
+model, tokenizer = load_model_dir(sys.argv[1])
+mesh = init_device_mesh("cpu", (1,))
+for layer in model.model.layers:
+    fully_shard(layer, mesh=mesh)
+fully_shard(model, mesh=mesh)
+kwargs = dict(precision=REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True}),
+              length_control=REGISTRIES["length_control"].build({"name": "none"}), max_new_tokens=4)
+try:
+    generate(model, tokenizer, ["7+5=<think>"] * 2, **kwargs)
+    print("sharded: ran")
+except RuntimeError as error:
+    print("sharded: refused" if "DTensor" in str(error) else error)
+with gathered_parameters(model):
+    print("gathered:", generate(model, tokenizer, ["7+5=<think>"] * 2, **kwargs).lengths.tolist())
+print("after:", type(model.get_output_embeddings().weight).__name__)
+dist.destroy_process_group()
+"""
+
+
+def test_a_sharded_model_is_evaluated_with_its_parameters_gathered(tiny_model_dir, tmp_path):
+    """FSDP2 on CPU (gloo, one rank; accelerate itself shards on GPUs only): our generator calls the body and
+    the head weight directly, which a sharded model refuses; gathered_parameters makes it run, then re-shards."""
+    from recipe.engines.launch import free_port
+
+    script = tmp_path / "gathered.py"
+    script.write_text(GATHERED_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), str(tiny_model_dir), str(free_port())], capture_output=True,
+                            text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stdout.splitlines()
+    assert lines[0] == "sharded: refused" and lines[1].startswith("gathered: [") and lines[2] == "after: DTensor"

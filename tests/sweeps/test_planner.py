@@ -146,6 +146,11 @@ def test_plan_verbose_shows_the_accelerate_command_of_a_multi_gpu_trl_job():
     planned = spec(overrides=overrides, executor={"name": "slurm", "slurm": {"gpus_per_node": 4}})
     jobs = plan_sweep(planned)
     text = format_plan(planned, jobs, verbose=True)
-    assert f"{jobs[0].run_id}: accelerate launch --num_processes 4 --num_machines 1 -m recipe.engines.trl " \
+    assert f"{jobs[0].run_id}: {sys.executable} -m accelerate.commands.launch --num_processes 4 --num_machines 1 " \
+           "--main_process_port <free port> --mixed_precision no --dynamo_backend no -m recipe.engines.trl " \
            f"{jobs[0].run_dir}" in text
+    sharded = spec(overrides={**overrides, "engine": {"name": "trl", "num_processes": 1, "sharding": "fsdp"}},
+                   executor={"name": "slurm", "slurm": {"gpus_per_node": 0}})
+    with pytest.raises(ConfigError, match=r"gpus_per_node: got 0, .* \(one GPU each: engine\.sharding fsdp\)"):
+        plan_sweep(sharded)
     assert "trl" in format_plan(planned, jobs).splitlines()[1].split()

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The project's CUDA proof on one GPU, in about 5 minutes: the CUDA tests, then benchmarks/bench_gpu.py's
+# parts, each under its own time limit so one hang cannot take the others. Results: $OUT/summary.txt,
+# pytest.txt, native.json (or native_train.json), pipeline.json, trl.json, run.log: 6 files (BENCHMARKS.md: "GPU").
+#
+# The GPU machine has torch (CUDA), transformers, accelerate, pytest, pandas and scipy but no package index:
+# bring the other pure-Python packages as wheels in .whl/ (once, on a machine with an index):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_17_x86_64 -d .whl omegaconf==2.4.0 antlr4-python3-runtime==4.13.2 \
+#     trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0
+# vLLM is not among them (its wheel is far too large to carry): the vllm generator's tests skip there.
+# GPU_PROOF_TINY=1 runs every part with tiny shapes (a CPU logic check of this script, not a measurement).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu_proof}
+mkdir -p "$OUT"
+export OUT PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export GPU_PROOF_WORK=${GPU_PROOF_WORK:-/tmp/gpu_proof_work}
+PY=${PY:-python3}
+TINY=${GPU_PROOF_TINY:+--tiny}
+START=$(date +%s)
+say() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt"; }
+rm -rf "$GPU_PROOF_WORK"; mkdir -p "$GPU_PROOF_WORK"
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/gpu_proof_site .whl/*.whl \
+    && export PYTHONPATH="/tmp/gpu_proof_site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+  $PY -c 'import torch, transformers, accelerate, importlib.util as u
+print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__,
+      "accelerate", accelerate.__version__, "gpus", torch.cuda.device_count(),
+      *(f"{m} {u.find_spec(m) is not None}" for m in ("omegaconf", "trl", "datasets", "vllm")))'
+  uptime; } 2>&1 | tee -a "$OUT/summary.txt"
+
+# The CUDA tests (marker gpu) and the generator contract on torch-cuda, the PipelineRL run and the trl engine
+# run side by side: each is bound by its Python host loop (the generators decode at ~60 ms a step on an
+# H200, a few ms of it GPU work), so together they fit the time; their per-process memory is their own
+# (bench_gpu.py counts a part's processes only). The native bench runs alone after them: its MFU and
+# memory wall need the card to itself. NATIVE_ARGS=--skip-decode measures its train step and wall only.
+say "tests, pipeline, trl: side by side (limit 160s each)"
+timeout 160 $PY -m pytest -q -p no:cacheprovider -m "gpu or not slow" -k cuda -rA \
+  tests/recipe/test_cuda.py tests/recipe/test_generator_contract.py > "$OUT/pytest.txt" 2>&1 &
+TESTS_PID=$!
+timeout 160 $PY benchmarks/bench_gpu.py pipeline $TINY > "$GPU_PROOF_WORK/pipeline.log" 2>&1 &
+PIPELINE_PID=$!
+timeout 160 $PY benchmarks/bench_gpu.py trl $TINY > "$GPU_PROOF_WORK/trl.log" 2>&1 &
+TRL_PID=$!
+wait $PIPELINE_PID; say "pipeline: exit $?"
+wait $TRL_PID; say "trl: exit $?"
+wait $TESTS_PID; say "tests: exit $?; $(tail -1 "$OUT/pytest.txt")"
+say "native: bench_gpu.py native ${NATIVE_ARGS:-} (limit 100s)"
+timeout 100 $PY benchmarks/bench_gpu.py native $TINY ${NATIVE_ARGS:-} > "$GPU_PROOF_WORK/native.log" 2>&1
+say "native: exit $?"
+# One log for all parts (the device tool returns at most 8 files); a launched trl job's processes write theirs
+# into the part's log too.
+for part in pipeline trl native; do echo "===== $part"; tail -c 200000 "$GPU_PROOF_WORK/$part.log"; done > "$OUT/run.log"
+say "done"
