@@ -43,7 +43,9 @@ def launch_command(run_dir: str | Path, num_processes: int, sharding: str = "non
 
     port None prints a placeholder (what `sweep plan --verbose` shows: the port is chosen at launch).
     """
-    return [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(num_processes),
+    # --multi_gpu: torchrun starts the N processes, on GPUs or (gloo) CPUs; without it accelerate starts one.
+    several = ["--multi_gpu"] if num_processes > 1 and sharding == "none" else []
+    return [sys.executable, "-m", "accelerate.commands.launch", *several, "--num_processes", str(num_processes),
             "--num_machines", "1", "--main_process_port", str(port) if port else "<free port>",
             "--mixed_precision", MIXED_PRECISION[dtype], "--dynamo_backend", "no", *SHARDING_FLAGS[sharding],
             "-m", "recipe.engines.trl", str(run_dir)]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import warnings
 from contextlib import contextmanager
@@ -50,6 +51,8 @@ from recipe.tasks import build_task
 from recipe.tracking import Tracker, read_metrics
 
 STATE_NAME = "scalerl_state.json"  # our part of a TRL checkpoint
+LAUNCH_LOG = "launch.log"  # a launched job's processes' output, in its run directory
+LAUNCHED_ENV = "SCALERL_TRL_LAUNCHED"  # set in the processes launch_processes starts
 
 
 def loss_arguments(cfg: RecipeConfig) -> dict[str, Any]:
@@ -202,11 +205,12 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
               stop_at_step: int | None = None) -> list[dict]:
     """Run (or resume) `cfg` through TRL's GRPOTrainer in `run_dir`; the contract of recipe.engines.train."""
     run_dir = Path(run_dir)
-    if cfg.engine.sharding != "none" and device == "cpu":
+    launched = os.environ.get(LAUNCHED_ENV) == "1"  # this is one of the processes launch_processes started
+    if cfg.engine.sharding != "none" and device == "cpu" and not launched:
         # accelerate applies FSDP to GPU process groups only: on CPU it would silently train unsharded.
         raise ConfigError(f"engine.sharding: {cfg.engine.sharding} needs CUDA devices (accelerate shards on GPUs "
                           "only) and this job runs on cpu; set engine.sharding none")
-    if is_launched(cfg.engine.num_processes, cfg.engine.sharding) and "LOCAL_RANK" not in os.environ:
+    if is_launched(cfg.engine.num_processes, cfg.engine.sharding) and not launched:
         return launch_processes(cfg, run_dir, on_eval)
     prepare_run_dir(cfg, run_dir)
     try:
@@ -278,6 +282,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             unwrapped.train()
             meter.evaluation_seconds += since(started)[0]
         if main:
+            record["engine/processes"] = accelerator.num_processes  # the ranks that trained (accelerate's count)
             record.update(pending.pop())
             record.update(meter.metrics())
             tracker.log(record)
@@ -366,7 +371,12 @@ def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict],
     prepare_run_dir(cfg, run_dir)
     command = launch_command(run_dir, cfg.engine.num_processes, cfg.engine.sharding, cfg.model.dtype, port=free_port())
     seen = len(read_metrics(run_dir))
-    process = subprocess.Popen(command, start_new_session=True)
+    log_path = run_dir / LAUNCH_LOG
+    with open(log_path, "ab") as log:  # the processes' output, kept across attempts (a failure names its cause)
+        # The flag, not accelerate's variables (which its single-process launcher does not set), tells the
+        # started processes not to launch again.
+        process = subprocess.Popen(command, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
+                                   env={**os.environ, LAUNCHED_ENV: "1"})
     try:
         while True:
             finished = process.poll() is not None
@@ -383,16 +393,29 @@ def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict],
             os.killpg(process.pid, signal.SIGTERM)
             process.wait()
     if process.returncode != 0:
-        raise RuntimeError(f"engine trl: `{' '.join(command)}` exited with {process.returncode}; "
+        raise RuntimeError(f"engine trl: `{' '.join(command)}` exited with {process.returncode} "
+                           f"({first_error(log_path)}; the processes' output: {log_path}); "
                            f"rerun the job to resume from {run_dir / 'trl'}")
     return read_metrics(run_dir)
+
+
+def first_error(log_path: Path) -> str:
+    """The exception a launched process died of: the first "[rankN]: SomeError: ..." line of its log, else the
+    last error line (torchrun's own ChildFailedError says only that a child failed)."""
+    lines = log_path.read_text(errors="replace").splitlines()[-2000:]
+    errors = [line.strip() for line in lines if re.match(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b.*:", line.strip())
+              and "ChildFailedError" not in line]
+    ranked = [line for line in errors if line.startswith("[rank")]
+    found = (ranked or errors or ["no error line in the log"])[0 if ranked else -1]
+    return found if len(found) <= 300 else found[:300] + "..."
 
 
 def main(argv: list[str]) -> int:
     """`python -m recipe.engines.trl RUN_DIR`: one process of an accelerate-launched trl job."""
     run_dir = Path(argv[0])
     cfg = load_recipe(run_dir / "config.yaml")
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    # Each rank on its own GPU (accelerate's torchrun sets LOCAL_RANK), before the model is loaded onto it.
+    device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
     train_trl(cfg, run_dir, device=device)
     return 0
 

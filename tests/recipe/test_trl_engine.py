@@ -114,7 +114,9 @@ def test_the_launch_command_runs_accelerate_by_this_interpreter_on_a_free_port()
     assert command[command.index("--mixed_precision") + 1] == "bf16"
     assert "--use_fsdp" in command and command[command.index("--fsdp_version") + 1] == "2"
     assert command[-3:] == ["-m", "recipe.engines.trl", "/runs/a"]
-    assert "--use_fsdp" not in launch_command("/runs/a", 2)
+    assert "--multi_gpu" not in command  # accelerate refuses both; FSDP's launcher is torchrun already
+    assert "--use_fsdp" not in launch_command("/runs/a", 2) and "--multi_gpu" in launch_command("/runs/a", 2)
+    assert "--multi_gpu" not in launch_command("/runs/a", 1)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -213,3 +215,46 @@ def test_a_sharded_model_is_evaluated_with_its_parameters_gathered(tiny_model_di
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.splitlines()
     assert lines[0] == "sharded: refused" and lines[1].startswith("gathered: [") and lines[2] == "after: DTensor"
+
+
+def test_a_sharded_job_trains_evaluates_and_saves_sharded_checkpoints(tiny_overrides, tmp_path, monkeypatch):
+    """engine.sharding fsdp through the job's real launch path (launch_processes: accelerate launch, FSDP2,
+    TRL, our evaluation of the sharded model, TRL's sharded checkpoint). accelerate shards on GPUs only, so
+    tests/recipe/cpu_fsdp/sitecustomize.py makes it shard this CPU (gloo) process group too."""
+    from recipe.engines.trl import LAUNCH_LOG, launch_processes
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("FORCE_CPU_FSDP", "1")
+    monkeypatch.setenv("PYTHONPATH", f"{repo / 'tests' / 'recipe' / 'cpu_fsdp'}{os.pathsep}{repo}")
+    cfg = load_recipe(None, [*tiny_overrides(run_steps=4), *TRL_BASE, "model.dtype=bfloat16", "engine.sharding=fsdp"])
+    seen = []
+    records = launch_processes(cfg, tmp_path / "run", seen.append)
+    assert [r["step"] for r in records] == [r["step"] for r in seen] == [0, 4]
+    assert 0.0 <= records[-1]["eval/pass_rate"] <= 1.0 and records[-1]["compute/devices"] == 1
+    checkpoint = tmp_path / "run" / "trl" / "checkpoint-4"
+    assert (checkpoint / "pytorch_model_fsdp_0").is_dir() and (checkpoint / STATE_NAME).is_file()  # sharded save
+    assert (tmp_path / "run" / LAUNCH_LOG).is_file()
+
+
+def test_a_failed_launch_names_the_exception_a_process_died_of(tmp_path):
+    from recipe.engines.trl import first_error
+
+    log = tmp_path / "launch.log"
+    log.write_text("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"x.py\", line 1\n"
+                   "[rank0]: AttributeError: 'DistributedDataParallel' object has no attribute 'x'\n"
+                   "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    assert first_error(log) == "[rank0]: AttributeError: 'DistributedDataParallel' object has no attribute 'x'"
+    log.write_text("ValueError: first\nRuntimeError: last\n")
+    assert first_error(log) == "RuntimeError: last"
+    log.write_text("killed\n")
+    assert first_error(log) == "no error line in the log"
+
+
+def test_two_processes_on_cpu_train_as_one_job_and_never_launch_again(tiny_overrides, tmp_path):
+    """engine.num_processes 2 on CPU: torchrun (accelerate --multi_gpu) starts two gloo ranks that train together;
+    the started processes carry a flag so they run the job instead of launching it again (accelerate's
+    single-process launcher sets no LOCAL_RANK, and relaunching from there multiplied processes without end)."""
+    cfg = load_recipe(None, [*tiny_overrides(run_steps=4), *TRL_BASE, "engine.num_processes=2"])
+    records = train(cfg, tmp_path / "run", device="cpu")
+    assert [r["step"] for r in records] == [0, 4]
+    assert {r["engine/processes"] for r in records} == {2}

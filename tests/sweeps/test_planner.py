@@ -146,7 +146,7 @@ def test_plan_verbose_shows_the_accelerate_command_of_a_multi_gpu_trl_job():
     planned = spec(overrides=overrides, executor={"name": "slurm", "slurm": {"gpus_per_node": 4}})
     jobs = plan_sweep(planned)
     text = format_plan(planned, jobs, verbose=True)
-    assert f"{jobs[0].run_id}: {sys.executable} -m accelerate.commands.launch --num_processes 4 --num_machines 1 " \
+    assert f"{jobs[0].run_id}: {sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes 4 --num_machines 1 " \
            "--main_process_port <free port> --mixed_precision no --dynamo_backend no -m recipe.engines.trl " \
            f"{jobs[0].run_dir}" in text
     sharded = spec(overrides={**overrides, "engine": {"name": "trl", "num_processes": 1, "sharding": "fsdp"}},
