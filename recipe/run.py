@@ -278,6 +278,28 @@ def default_devices(device: str) -> int:
     return torch.get_num_threads() if str(device) == "cpu" else 1
 
 
+def devices_held(cfg: RecipeConfig, device: str, gpus: int | None = None) -> int:
+    """The devices a job holds, one rule for every engine and off-policy mode: its wall-clock compute is
+    wall-clock x these (README: "Compute").
+
+    - native, synchronous: one GPU, or its torch threads on CPU;
+    - native, PipelineRL: the distinct GPUs its two roles run on (1 when they share a one-GPU machine), or
+      generator_devices + trainer_devices cores on CPU;
+    - trl: a GPU per process (engine.num_processes), or each process's torch threads on CPU.
+    gpus: the machine's GPU count (default torch.cuda.device_count()).
+    """
+    cuda = str(device).startswith("cuda")
+    if cfg.engine.name == "trl":
+        return cfg.engine.num_processes * (1 if cuda else torch.get_num_threads())
+    mode = REGISTRIES["off_policy"].build(cfg.off_policy)
+    if not mode.asynchronous:
+        return default_devices(device)
+    if not cuda:
+        return mode.generator_devices + mode.trainer_devices
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    return 2 if gpus > 1 else 1  # recipe.engines.pipeline.role_device: the generator on GPU 1 when there is one
+
+
 class Run:
     """Everything a run carries between steps, loaded from the run directory (resumed from its checkpoint).
 

@@ -22,7 +22,7 @@ from typing import Callable
 
 from recipe.compute import ComputeMeter, clocks, since
 from recipe.config import RecipeConfig
-from recipe.run import Run, assemble_minibatch, default_devices, sample_round, train_on
+from recipe.run import Run, assemble_minibatch, devices_held, sample_round, train_on
 
 
 def train_native(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
@@ -30,7 +30,7 @@ def train_native(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
                  on_step: Callable[[int, ComputeMeter], None] | None = None,
                  stop_at_step: int | None = None) -> list[dict]:
     """Run (or resume) a synchronous recipe in `run_dir` on `device`; the engine contract of recipe.engines.train."""
-    run = Run(cfg, Path(run_dir), device, default_devices(device))
+    run = Run(cfg, Path(run_dir), device, devices_held(cfg, device))
 
     def log_eval() -> None:
         record = run.evaluate()

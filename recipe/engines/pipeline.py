@@ -23,8 +23,8 @@ ratios use the behaviour logprobs the generator recorded; nothing is recomputed 
 
 Compute (recipe/compute.py): wall device-seconds = the trainer loop's wall-clock (waits included,
 evaluations and checkpoint writes excluded; the generator is paused while the trainer evaluates) x
-the devices held (devices_held: generator_devices + trainer_devices cores on CPU; on CUDA the
-distinct GPUs of the two roles, 1 when they share a one-GPU machine). CPU-seconds, the device-seconds of a CPU run, = the generator
+the devices held (recipe.run.devices_held: generator_devices + trainer_devices cores on CPU; on
+CUDA the distinct GPUs of the two roles, 1 when they share a one-GPU machine). CPU-seconds, the device-seconds of a CPU run, = the generator
 process's CPU time around each order it samples (shipped with the groups, like its wall-clock) + the
 trainer process's CPU time over the same loop steps as its wall-clock. A role waiting for the other
 costs no CPU time, so on CPU the overlap of the two roles saves wall-clock, not device-seconds.
@@ -55,8 +55,8 @@ from components import REGISTRIES
 from recipe.compute import clocks, since
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
-from recipe.run import (Run, Samples, assemble_minibatch, build_components, configure_cuda, model_directory,
-                         prepare_run_dir, sample_groups, train_on)
+from recipe.run import (Run, Samples, assemble_minibatch, build_components, configure_cuda, devices_held,
+                        model_directory, prepare_run_dir, sample_groups, train_on)
 from recipe.model import load_model_dir
 from recipe.tasks import build_task
 from recipe.tracking import read_metrics
@@ -196,14 +196,6 @@ def role_device(device: str, role: str, mode, gpus: int | None = None) -> str:
     return "cuda:1" if gpus > 1 else "cuda:0"
 
 
-def devices_held(device: str, mode, gpus: int | None = None) -> int:
-    """The devices the job holds, which its compute is charged for: the two roles' cores on CPU, the
-    distinct GPUs the roles run on on CUDA (two roles sharing one GPU hold one device)."""
-    if not str(device).startswith("cuda"):
-        return mode.generator_devices + mode.trainer_devices
-    return len({role_device(device, role, mode, gpus) for role in ("trainer", "generator")})
-
-
 def enter_role(device: str, role: str, mode) -> str:
     """Place this role's process: its device, deterministic CUDA options (per process: spawned roles
     do not inherit the supervisor's torch settings) or its share of the CPU cores. Returns the device."""
@@ -217,7 +209,7 @@ def enter_role(device: str, role: str, mode) -> str:
 
 def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: str, stop_at_step: int | None) -> None:
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
-    held = devices_held(device, mode)  # of the job's device ("cuda"), before this role takes its own
+    held = devices_held(cfg, device)  # of the job's device ("cuda"), before this role takes its own
     device = enter_role(device, "trainer", mode)
     run = Run(cfg, Path(run_dir), device, devices=held)
     k, P = mode.k, cfg.rollout.prompts_per_batch

@@ -45,7 +45,7 @@ from recipe.advantages import filter_and_normalize
 from components.registry import ConfigError
 from recipe.engines.launch import free_port, is_launched, launch_command
 from recipe.model import load_model_dir
-from recipe.run import (Averager, build_components, default_devices, evaluation_kwargs, model_directory,
+from recipe.run import (Averager, build_components, devices_held, evaluation_kwargs, model_directory,
                         prepare_run_dir, rollout_metrics)
 from recipe.tasks import build_task
 from recipe.tracking import Tracker, read_metrics
@@ -181,10 +181,13 @@ def make_trainer_class():
             output["completion_mask"] = completion_mask.to(output["completion_mask"].dtype)
             output["num_items_in_batch"] = self.accelerator.gather(completion_mask.sum()).sum()
             correct = record["correct"]
-            prompt_lengths = output["prompt_mask"].sum(dim=1).cpu()
+            # The meter charges the whole batch, every rank's rows (TRL gathers the rewards the same way).
+            device = self.accelerator.device
+            prompt_lengths = self.accelerator.gather(output["prompt_mask"].sum(dim=1)).cpu()
+            lengths = self.accelerator.gather(record["lengths"].to(device)).cpu()
             self.recipe_generation = {
                 "clock": since(started), "prompt_lengths": prompt_lengths.tolist(),
-                "lengths": record["lengths"].tolist(), "kept": keep[rows].tolist(),
+                "lengths": lengths.tolist(), "kept": keep.tolist(),
                 # TRL cannot interrupt (support.py refuses it): no sample is ever interrupted.
                 "metrics": rollout_metrics(correct, record["rewards"], record["lengths"], ~record["ended"],
                                            torch.zeros_like(record["ended"]), keep, G),
@@ -246,8 +249,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
     main = accelerator.is_main_process
 
     shape = ModelShape.of(model)
-    devices = cfg.engine.num_processes if device != "cpu" else default_devices(device)
-    meter = ComputeMeter(devices=devices, clock=clock_for(device))
+    meter = ComputeMeter(devices=devices_held(cfg, device), clock=clock_for(device))
     pending = Averager()
     step0 = 0
     if resume_from is not None:
@@ -317,6 +319,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
                 # Each step is charged 1/k of the generation, as the native engine charges each minibatch's
                 # generation when it is trained on: the curves' compute axes then advance alike.
                 wall, cpu = wall + gen_wall / k, cpu + gen_cpu / k
+            if accelerator.num_processes > 1:  # every rank's CPU time is the job's (the wall-clock is shared)
+                cpu = float(accelerator.reduce(torch.tensor([cpu], device=accelerator.device), "sum").item())
             meter.wall_seconds += wall
             meter.cpu_seconds += cpu
             if on_step is not None:

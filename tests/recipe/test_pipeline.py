@@ -23,6 +23,9 @@ from recipe.engines.pipeline import ROLES_FILE, SharedMemoryWeights
 from recipe.tracking import read_metrics
 from recipe.trainer import sequence_logprobs
 
+# The base recipe's choices the trl engine refuses, replaced (tests/recipe/test_trl_engine.py: TRL_BASE).
+TRL_RUNNABLE = ["aggregation=token_mean", "curriculum=uniform", "length_control=none", "off_policy=ppo_off_policy"]
+
 NO_LENGTH_CONTROL = REGISTRIES["length_control"].build({"name": "none"})
 FP32_HEAD = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
 PROMPTS = ["07+05=<think>", "7+5=<think>", "19+01=<think>", "123+9=<think>"] * 4
@@ -131,14 +134,25 @@ def test_kill_9_of_a_role_stops_the_run_naming_it_and_a_rerun_resumes(tiny_overr
     assert steps == list(range(0, 25, 2))  # every eval point once, none missing
 
 
-@pytest.mark.parametrize("device, gpus, held", [("cpu", 0, 3), ("cuda", 1, 1), ("cuda", 2, 2)])
-def test_a_job_is_charged_for_the_devices_it_holds(device, gpus, held):
-    """Cores of both roles on CPU; on CUDA the distinct GPUs: two roles sharing one GPU hold one device."""
-    from recipe.engines.pipeline import devices_held, role_device
+@pytest.mark.parametrize("overrides, device, gpus, held", [
+    (["off_policy=ppo_off_policy"], "cuda", 1, 1),
+    (["off_policy=ppo_off_policy"], "cpu", 0, "threads"),
+    (["off_policy=pipeline_rl"], "cuda", 1, 1),  # two roles sharing one GPU hold one device
+    (["off_policy=pipeline_rl"], "cuda", 2, 2),
+    (["off_policy=pipeline_rl", "off_policy.generator_devices=2"], "cpu", 0, 3),
+    (["engine.name=trl", *TRL_RUNNABLE, "engine.num_processes=4"], "cuda", 8, 4),
+    (["engine.name=trl", *TRL_RUNNABLE, "engine.num_processes=2"], "cpu", 0, "2 x threads"),
+])
+def test_a_job_is_charged_for_the_devices_it_holds(overrides, device, gpus, held):
+    """One rule for every engine and off-policy mode (recipe.run.devices_held): GPUs held, or cores on CPU."""
+    from recipe.config import load_recipe
+    from recipe.engines.pipeline import role_device
+    from recipe.run import devices_held
 
-    generator_cores = 2 if device == "cpu" else 1
-    mode = REGISTRIES["off_policy"].build({"name": "pipeline_rl", "k": 2, "generator_devices": generator_cores,
-                                           "trainer_devices": 1})
-    assert devices_held(device, mode, gpus) == held
-    if device == "cuda":
-        assert role_device(device, "generator", mode, gpus) == ("cuda:1" if gpus > 1 else "cuda:0")
+    cfg = load_recipe(None, overrides)
+    threads = torch.get_num_threads()
+    expected = {"threads": threads, "2 x threads": 2 * threads}.get(held, held)
+    assert devices_held(cfg, device, gpus) == expected
+    mode = REGISTRIES["off_policy"].build(cfg.off_policy)
+    if mode.asynchronous and device == "cuda":  # the roles' placement that rule counts
+        assert len({role_device(device, role, mode, gpus) for role in ("trainer", "generator")}) == expected

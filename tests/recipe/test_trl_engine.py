@@ -258,3 +258,5 @@ def test_two_processes_on_cpu_train_as_one_job_and_never_launch_again(tiny_overr
     records = train(cfg, tmp_path / "run", device="cpu")
     assert [r["step"] for r in records] == [0, 4]
     assert {r["engine/processes"] for r in records} == {2}
+    # The job is charged for both ranks' rows: 4 steps x 4 prompts x 4 samples, as one process would be.
+    assert records[-1]["compute/samples"] == 64 and records[-1]["compute/trained_tokens"] > 0
