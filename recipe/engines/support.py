@@ -38,21 +38,24 @@ def refused(how: str) -> Support:
     return Support("refused", how)
 
 
+AGGREGATION_HOW = ("our aggregation's weights over the whole minibatch (every rank's rows), applied per token by "
+                   "ScaleRLGRPOTrainer._compute_loss; exact for off_policy k 1, in expectation over TRL's "
+                   "shuffle for k > 1 (as TRL's own token mean)")
+
 # (axis, choice) -> how the trl engine runs it. The native engine runs every registered choice.
 TRL_SUPPORT: dict[tuple[str, str], Support] = {
-    ("loss", "cispo"): config("loss_type cispo, epsilon_high = eps_max (TRL's CISPO is token-mean only)"),
-    ("loss", "dapo"): config("PPO clip with epsilon = eps_low, epsilon_high = eps_high"),
-    ("loss", "grpo"): config("PPO clip with epsilon = epsilon_high = eps"),
-    ("loss", "gspo"): config("importance_sampling_level sequence, epsilon = eps_low, epsilon_high = eps_high"),
-    ("aggregation", "token_mean"): config("loss_type dapo (cispo for the CISPO loss): token mean over the batch"),
-    ("aggregation", "sample_mean"): config("loss_type grpo: mean over each sequence, then over sequences"),
-    ("aggregation", "prompt_mean"): refused("TRL has no per-prompt normalizer; use aggregation token_mean or "
-                                            "sample_mean, or engine native"),
+    ("loss", "cispo"): emulated("our loss component, called by ScaleRLGRPOTrainer._compute_loss on TRL's logprobs"),
+    ("loss", "dapo"): emulated("our loss component, called by ScaleRLGRPOTrainer._compute_loss on TRL's logprobs"),
+    ("loss", "grpo"): emulated("our loss component, called by ScaleRLGRPOTrainer._compute_loss on TRL's logprobs"),
+    ("loss", "gspo"): emulated("our loss component, called by ScaleRLGRPOTrainer._compute_loss on TRL's logprobs"),
+    ("aggregation", "token_mean"): emulated(AGGREGATION_HOW),
+    ("aggregation", "sample_mean"): emulated(AGGREGATION_HOW),
+    ("aggregation", "prompt_mean"): emulated(AGGREGATION_HOW),
     ("advantage_norm", "batch"): emulated("our advantage_norm recomputes TRL's advantages from the same rewards"),
     ("advantage_norm", "prompt"): emulated("our advantage_norm recomputes TRL's advantages from the same rewards"),
     ("advantage_norm", "none"): emulated("our advantage_norm recomputes TRL's advantages from the same rewards"),
-    ("batch_filter", "zero_variance"): emulated("a filtered group's loss mask is zeroed (no gradient, not in a "
-                                                "token-mean normalizer; sample_mean still counts its rows)"),
+    ("batch_filter", "zero_variance"): emulated("a filtered group's loss mask is zeroed: no gradient, and the "
+                                                "aggregation's weights count only kept rows, as native"),
     ("batch_filter", "none"): config("TRL's default: zero-variance groups stay, with advantage 0"),
     ("curriculum", "uniform"): config("TRL's sampler: every prompt once per epoch, shuffled by the seed"),
     ("curriculum", "no_positive_resampling"): refused("TRL's sampler takes no feedback from pass rates; use "
@@ -70,10 +73,7 @@ TRL_SUPPORT: dict[tuple[str, str], Support] = {
 }
 
 # Choices the trl engine refuses only in combination: (axis, choice, other axis, other choice, fix).
-TRL_REFUSED_PAIRS = (
-    ("loss", "cispo", "aggregation", "sample_mean",
-     "TRL's CISPO aggregates by token mean only; use aggregation token_mean with loss cispo, or engine native"),
-)
+TRL_REFUSED_PAIRS: tuple[tuple[str, str, str, str, str], ...] = ()
 
 
 def axis_choices(recipe: Mapping[str, Any]) -> dict[str, str]:

@@ -26,6 +26,7 @@ process, whose forward passes gather its parameters), every process learns wheth
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -159,11 +160,54 @@ class RecipeRewards:
         return rewards.tolist()
 
 
+def row_weights(aggregation, token_counts: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Per-row token weight of `aggregation` over a batch whose rows hold `token_counts` real tokens.
+
+    Every registered aggregation weighs the tokens of one row alike (loss = sum_bt w_b m_bt l_bt), so
+    the weights follow from the counts alone: computed once over the whole generation batch (every
+    rank's rows), they travel with the rows through TRL's shuffle, split and accumulation.
+    """
+    width = int(token_counts.max().clamp_min(1))
+    mask = torch.arange(width)[None, :] < token_counts[:, None]
+    weights = aggregation.token_weights(mask, group_ids)
+    return weights.sum(dim=1) / token_counts.clamp_min(1).to(weights.dtype)
+
+
 def make_trainer_class():
-    """GRPOTrainer with our advantages, batch filter and generation accounting (TRL is imported lazily)."""
+    """GRPOTrainer with our loss, aggregation, advantages, batch filter and generation accounting (TRL is
+    imported lazily)."""
     from trl import GRPOTrainer
 
     class ScaleRLGRPOTrainer(GRPOTrainer):
+        def _compute_loss(self, model, inputs):
+            """The recipe's loss and aggregation components on TRL's micro-batch: the native trainer's math.
+
+            loss = sum_bt w_b m_bt l_bt, l from our `loss` component, w_b the `aggregation`'s row weights over
+            the minibatch (row_weights). Scaled so the gradients TRL accumulates and DDP averages are those of
+            one native step: x k (each of a generation's k optimizer steps trains a random 1/k of its rows,
+            TRL shuffles them, so a step's share of the weights is 1/k in expectation and exactly 1 for k 1)
+            x processes (DDP averages the ranks' gradients).
+            """
+            prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+            completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+            logprobs, entropies, _ = self._get_per_token_logps_and_entropies(
+                model, torch.cat([prompt_ids, completion_ids], dim=1), torch.cat([prompt_mask, completion_mask], dim=1),
+                completion_ids.size(1), compute_entropy=True)
+            old_logprobs = inputs.get("old_per_token_logps")
+            old_logprobs = logprobs.detach() if old_logprobs is None else old_logprobs
+            mask = completion_mask != 0
+            components = self.recipe_components
+            output = components.loss(logprobs, old_logprobs, inputs["advantages"][:, None].expand_as(logprobs), mask)
+            weights = inputs["recipe_row_weights"][:, None] * mask
+            loss = (weights * output.per_token_loss).sum()
+            mode = "train" if self.model.training else "eval"
+            metrics = self._metrics[mode]
+            metrics["entropy"].append(self.accelerator.gather(
+                (entropies * mask).sum() / mask.sum().clamp(min=1)).nanmean().item())
+            for key, value in output.metrics.items():
+                metrics[key].append(float(value))
+            return loss * self.recipe_loss_scale
+
         def _generate_and_score_completions(self, inputs):
             started = clocks()
             output = super()._generate_and_score_completions(inputs)
@@ -180,6 +224,10 @@ def make_trainer_class():
             completion_mask = output["completion_mask"] * keep[rows].to(output["completion_mask"].device)[:, None]
             output["completion_mask"] = completion_mask.to(output["completion_mask"].dtype)
             output["num_items_in_batch"] = self.accelerator.gather(completion_mask.sum()).sum()
+            # The aggregation's weights over the generation batch: the minibatch of one optimizer step when k is 1.
+            counts = self.accelerator.gather(completion_mask.sum(dim=1)).cpu()
+            weights = row_weights(self.recipe_components.aggregation, counts, group_ids)
+            output["recipe_row_weights"] = weights[rows].to(device=output["advantages"].device, dtype=torch.float32)
             correct = record["correct"]
             # The meter charges the whole batch, every rank's rows (TRL gathers the rewards the same way).
             device = self.accelerator.device
@@ -195,6 +243,21 @@ def make_trainer_class():
             return output
 
     return ScaleRLGRPOTrainer
+
+
+def build_trainer(cfg: RecipeConfig, model, tokenizer, task, components, output_dir: Path, device: str):
+    """The ScaleRLGRPOTrainer of `cfg` on the task's training prompts (what train_trl runs)."""
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    rewards = RecipeRewards(task, tokenizer, components.length_control)
+    dataset = Dataset.from_dict({"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]})
+    trainer = make_trainer_class()(model=model, reward_funcs=rewards, args=GRPOConfig(**trl_arguments(cfg, output_dir,
+                                                                                                        device)),
+                                   train_dataset=dataset, processing_class=tokenizer)
+    trainer.recipe_rewards, trainer.recipe_components = rewards, components
+    trainer.recipe_loss_scale = cfg.off_policy["k"] * trainer.accelerator.num_processes  # see _compute_loss
+    return trainer
 
 
 def newest_checkpoint(output_dir: Path) -> Path | None:
@@ -217,12 +280,12 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         return launch_processes(cfg, run_dir, on_eval)
     prepare_run_dir(cfg, run_dir)
     try:
-        from datasets import Dataset
+        import datasets
         from transformers import PrinterCallback, TrainerCallback
-        from trl import GRPOConfig
+
+        importlib.import_module("trl")  # this error, not one deep inside build_trainer
     except ImportError as error:
         raise RuntimeError(f"engine trl needs TRL: pip install -e '.[trl]' ({error})") from None
-    import datasets
     import transformers
 
     transformers.logging.set_verbosity_error()
@@ -237,14 +300,9 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         bf16_head(model.get_output_embeddings())
     task = build_task(cfg.task, tokenizer)
     components = build_components(cfg)
-    rewards = RecipeRewards(task, tokenizer, components.length_control)
-    dataset = Dataset.from_dict({"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]})
     output_dir = run_dir / "trl"
     resume_from = newest_checkpoint(output_dir)
-    trainer_class = make_trainer_class()
-    trainer = trainer_class(model=model, reward_funcs=rewards, args=GRPOConfig(**trl_arguments(cfg, output_dir, device)),
-                            train_dataset=dataset, processing_class=tokenizer)
-    trainer.recipe_rewards, trainer.recipe_components = rewards, components
+    trainer = build_trainer(cfg, model, tokenizer, task, components, output_dir, device)
     accelerator = trainer.accelerator
     main = accelerator.is_main_process
 
@@ -331,9 +389,11 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
                 control.should_training_stop = True
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            for key in ("loss", "grad_norm", "entropy", "clip_ratio/region_mean", "cispo_clip_ratio"):
-                if logs and key in logs:
-                    pending.add({f"train/{key.replace('/', '_')}": float(logs[key])})
+            for key, value in (logs or {}).items():
+                if key in ("loss", "grad_norm", "entropy"):
+                    pending.add({f"train/{key}": float(value)})
+                elif key.startswith("loss/"):  # our loss component's metrics, named as the native engine names them
+                    pending.add({key: float(value)})
 
         def on_save(self, args, state, control, **kwargs):
             if main:
@@ -409,6 +469,7 @@ def first_error(log_path: Path) -> str:
     lines = log_path.read_text(errors="replace").splitlines()[-2000:]
     errors = [line.strip() for line in lines if re.match(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b.*:", line.strip())
               and "ChildFailedError" not in line]
+    errors += [line.strip() for line in lines if line.startswith("terminate called")]  # a C++ abort, no traceback
     ranked = [line for line in errors if line.startswith("[rank")]
     found = (ranked or errors or ["no error line in the log"])[0 if ranked else -1]
     return found if len(found) <= 300 else found[:300] + "..."
@@ -420,7 +481,13 @@ def main(argv: list[str]) -> int:
     cfg = load_recipe(run_dir / "config.yaml")
     # Each rank on its own GPU (accelerate's torchrun sets LOCAL_RANK), before the model is loaded onto it.
     device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
-    train_trl(cfg, run_dir, device=device)
+    try:
+        train_trl(cfg, run_dir, device=device)
+    finally:
+        # Left to interpreter shutdown, gloo's threads can abort the process ("terminate called without an
+        # active exception") after the job is done, and torchrun then reports the job failed.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     return 0
 
 
