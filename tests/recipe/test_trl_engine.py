@@ -171,50 +171,6 @@ def test_the_readme_support_table_is_the_one_the_code_enforces():
     assert support_table() in readme
 
 
-GATHERED_SCRIPT = """
-import os, sys, torch, torch.distributed as dist
-os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
-dist.init_process_group("gloo")
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-from components import REGISTRIES
-from recipe.engines.trl import gathered_parameters
-from recipe.generator import generate
-from recipe.model import load_model_dir
-model, tokenizer = load_model_dir(sys.argv[1])
-mesh = init_device_mesh("cpu", (1,))
-for layer in model.model.layers:
-    fully_shard(layer, mesh=mesh)
-fully_shard(model, mesh=mesh)
-kwargs = dict(precision=REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True}),
-              length_control=REGISTRIES["length_control"].build({"name": "none"}), max_new_tokens=4)
-try:
-    generate(model, tokenizer, ["7+5=<think>"] * 2, **kwargs)
-    print("sharded: ran")
-except RuntimeError as error:
-    print("sharded: refused" if "DTensor" in str(error) else error)
-with gathered_parameters(model):
-    print("gathered:", generate(model, tokenizer, ["7+5=<think>"] * 2, **kwargs).lengths.tolist())
-print("after:", type(model.get_output_embeddings().weight).__name__)
-dist.destroy_process_group()
-"""
-
-
-def test_a_sharded_model_is_evaluated_with_its_parameters_gathered(tiny_model_dir, tmp_path):
-    """FSDP2 on CPU (gloo, one rank; accelerate itself shards on GPUs only): our generator calls the body and
-    the head weight directly, which a sharded model refuses; gathered_parameters makes it run, then re-shards."""
-    from recipe.engines.launch import free_port
-
-    script = tmp_path / "gathered.py"
-    script.write_text(GATHERED_SCRIPT)
-    result = subprocess.run([sys.executable, str(script), str(tiny_model_dir), str(free_port())], capture_output=True,
-                            text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
-    assert result.returncode == 0, result.stderr[-2000:]
-    lines = result.stdout.splitlines()
-    assert lines[0] == "sharded: refused" and lines[1].startswith("gathered: [") and lines[2] == "after: DTensor"
-
-
 def test_a_sharded_job_trains_evaluates_and_saves_sharded_checkpoints(tiny_overrides, tmp_path, monkeypatch):
     """engine.sharding fsdp through the job's real launch path (launch_processes: accelerate launch, FSDP2,
     TRL, our evaluation of the sharded model, TRL's sharded checkpoint). accelerate shards on GPUs only, so
@@ -248,16 +204,52 @@ def test_a_failed_launch_names_the_exception_a_process_died_of(tmp_path):
     assert first_error(log) == "no error line in the log"
 
 
-def test_two_processes_on_cpu_train_as_one_job_and_never_launch_again(tiny_overrides, tmp_path):
-    """engine.num_processes 2 on CPU: torchrun (accelerate --multi_gpu) starts two gloo ranks that train together;
-    the started processes carry a flag so they run the job instead of launching it again (accelerate's
-    single-process launcher sets no LOCAL_RANK, and relaunching from there multiplied processes without end)."""
-    cfg = load_recipe(None, [*tiny_overrides(run_steps=4), *TRL_BASE, "engine.num_processes=2"])
-    records = train(cfg, tmp_path / "run", device="cpu")
-    assert [r["step"] for r in records] == [0, 4]
-    assert {r["engine/processes"] for r in records} == {2}
-    # The job is charged for both ranks' rows: 4 steps x 4 prompts x 4 samples, as one process would be.
-    assert records[-1]["compute/samples"] == 64 and records[-1]["compute/trained_tokens"] > 0
+def job_processes(run_dir: Path) -> dict[int, str]:
+    """{pid: RANK} of the live processes whose command line names run_dir (RANK "" for the launcher)."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if str(run_dir) in (proc / "cmdline").read_bytes().decode(errors="replace") \
+                    and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                environ = dict(line.split("=", 1) for line in (proc / "environ").read_bytes().decode(
+                    errors="replace").split("\0") if "=" in line)
+                found[int(proc.name)] = environ.get("RANK", "")
+        except OSError:
+            continue
+    return found
+
+
+def test_two_processes_on_cpu_train_as_one_job_a_killed_rank_fails_it_and_the_rerun_resumes(tiny_overrides, tmp_path):
+    """engine.num_processes 2 on CPU: torchrun (accelerate --multi_gpu) starts two gloo ranks that train together
+    (the started processes carry a flag so they run the job instead of launching it again). kill -9 of rank 1
+    after the first checkpoint fails the job with an error and leaves no process; the same command resumes."""
+    overrides = [*tiny_overrides(run_steps=8), *TRL_BASE, "engine.num_processes=2", "checkpoint.every_steps=4"]
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "sweeps.cli", "train", *overrides, "--run-dir", str(run_dir), "--threads", "1"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while not list((run_dir / "trl").glob(f"checkpoint-*/{STATE_NAME}")) and process.poll() is None \
+                and time.time() < deadline:
+            time.sleep(0.05)
+        ranks = {rank: pid for pid, rank in job_processes(run_dir).items() if rank}
+        assert set(ranks) == {"0", "1"}, ranks
+        os.kill(ranks["1"], signal.SIGKILL)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode != 0 and "exited with" in stderr and "rerun the job to resume" in stderr
+    time.sleep(1.0)
+    assert not job_processes(run_dir), "a rank outlived the failed job"
+    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    records = read_metrics(run_dir)
+    assert [r["step"] for r in records] == [0, 4, 8] and {r["engine/processes"] for r in records} == {2}
+    # The job is charged for both ranks' rows: 8 steps x 4 prompts x 4 samples, as one process would be.
+    assert records[-1]["compute/samples"] == 128 and records[-1]["compute/trained_tokens"] > 0
 
 
 @pytest.mark.parametrize("loss", ["cispo", "dapo", "grpo", "gspo"])
