@@ -358,7 +358,22 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             raise StopRun
 
     class RecipeCallback(TrainerCallback):
+        """Charges each step to the meter; evaluates at the evaluation steps once TRL has logged the step.
+
+        TRL logs a step (loss, grad norm, our loss's metrics) after on_step_end, so the evaluation waits for
+        that log (on_log, on every rank) and its record holds the step's own training metrics; a step that
+        was not logged is evaluated before the next one starts, or at the end.
+        """
+
+        due: int | None = None  # an evaluation step waiting for its log
+
+        def evaluate_due(self) -> None:
+            if self.due is not None:
+                step, self.due = self.due, None
+                evaluate_now(step)
+
         def on_step_begin(self, args, state, control, **kwargs):
+            self.evaluate_due()
             self.started = clocks()
 
         def on_step_end(self, args, state, control, **kwargs):
@@ -384,7 +399,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             if on_step is not None:
                 on_step(state.global_step, meter)
             if state.global_step in eval_steps:
-                evaluate_now(state.global_step)
+                self.due = state.global_step
             if stop_at_step is not None and state.global_step >= stop_at_step:
                 control.should_training_stop = True
 
@@ -394,6 +409,11 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
                     pending.add({f"train/{key}": float(value)})
                 elif key.startswith("loss/"):  # our loss component's metrics, named as the native engine names them
                     pending.add({key: float(value)})
+            if logs and "loss" in logs:  # the step's own log, not the run's closing summary
+                self.evaluate_due()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.evaluate_due()
 
         def on_save(self, args, state, control, **kwargs):
             if main:

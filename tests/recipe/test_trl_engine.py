@@ -323,3 +323,14 @@ def test_the_trl_engines_loss_and_gradients_are_the_native_trainers(tiny_model_d
     with torch.no_grad():  # TRL's own forward (a full forward, not the shared prefix): fp32 round-off apart
         trl_logprobs, _, _ = trl_forward(model, input_ids, attention_mask, T)
     assert (trl_logprobs - logprobs.detach())[mask].abs().max() < 1e-4
+
+
+def test_each_evaluation_record_holds_its_own_steps_training_metrics(tiny_overrides, tmp_path):
+    """TRL logs a step after on_step_end; the record of step s must hold step s's loss, not step s - 1's."""
+    cfg = load_recipe(None, [*tiny_overrides(run_steps=2), *TRL_BASE, "eval.every_steps=1"])
+    records = train(cfg, tmp_path / "run", device="cpu")
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert "train/loss" not in records[0]
+    for record in records[1:]:
+        assert math.isfinite(record["train/loss"]) and math.isfinite(record["train/grad_norm"])
+        assert any(key.startswith("loss/") for key in record)  # our loss component's own metrics
