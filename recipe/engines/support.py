@@ -75,6 +75,29 @@ TRL_SUPPORT: dict[tuple[str, str], Support] = {
 # Choices the trl engine refuses only in combination: (axis, choice, other axis, other choice, fix).
 TRL_REFUSED_PAIRS: tuple[tuple[str, str, str, str, str], ...] = ()
 
+# How far each trl row is proven: "CPU test" (a test of the default run trains or checks it through TRL:
+# tests/recipe/test_trl_engine.py), "GPU run" (BENCHMARKS.md, "On one GPU"), "not verified". Refused rows have
+# nothing to verify. The native engine runs every choice in the default tests.
+CPU_TEST, GPU_RUN, NOT_VERIFIED = "CPU test", "GPU run", "not verified"
+TRL_VERIFIED: dict[tuple[str, str], str] = {
+    **{("loss", name): CPU_TEST for name in ("cispo", "dapo", "grpo", "gspo")},
+    **{("aggregation", name): CPU_TEST for name in ("prompt_mean", "sample_mean", "token_mean")},
+    **{("advantage_norm", name): CPU_TEST for name in ("batch", "prompt", "none")},
+    ("batch_filter", "zero_variance"): CPU_TEST, ("batch_filter", "none"): CPU_TEST,
+    ("curriculum", "uniform"): CPU_TEST,
+    ("length_control", "length_penalty"): CPU_TEST, ("length_control", "none"): CPU_TEST,
+    ("off_policy", "ppo_off_policy"): CPU_TEST,
+    ("precision", "lm_head"): f"{CPU_TEST}; {GPU_RUN} (fp32 head, bf16 body, H200)",
+}
+# The trl engine's own settings: (setting, how, verified).
+TRL_ENGINE_ROWS = (
+    ("engine.num_processes > 1", "accelerate launch --multi_gpu: torchrun ranks, DDP (gloo on CPU, NCCL on GPUs)",
+     f"{CPU_TEST} (2 gloo ranks, kill -9 of one, resume); {NOT_VERIFIED} on GPUs"),
+    ("engine.sharding fsdp", "PyTorch FSDP2 through accelerate (GPUs only; refused on CPU)",
+     f"{CPU_TEST} (accelerate forced to shard a gloo group); the H200 run failed, cause not captured"),
+    ("engine.vllm_mode", "TRL's vLLM generation, colocate or server", NOT_VERIFIED),
+)
+
 
 def axis_choices(recipe: Mapping[str, Any]) -> dict[str, str]:
     """{axis: chosen component name} of a recipe dict (or RecipeConfig's dict form)."""
@@ -119,14 +142,18 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
 
 
 def support_table() -> str:
-    """The README's table: axis, choice, native, trl (config / emulated how / refused why)."""
+    """The README's table: axis, choice, native, trl (config / emulated how / refused why), how far trl's row is
+    verified; then the trl engine's own settings."""
     from components import REGISTRIES
 
-    lines = ["| axis | choice | native | trl |", "|---|---|---|---|"]
+    lines = ["| axis | choice | native | trl | trl verified |", "|---|---|---|---|---|"]
     for axis, registry in REGISTRIES.items():
         for choice in registry.names():
             support = TRL_SUPPORT[(axis, choice)]
-            lines.append(f"| {axis} | {choice} | yes | {support.kind}: {support.how} |")
+            verified = "-" if support.kind == "refused" else TRL_VERIFIED.get((axis, choice), NOT_VERIFIED)
+            lines.append(f"| {axis} | {choice} | yes | {support.kind}: {support.how} | {verified} |")
     for axis, choice, other, other_choice, fix in TRL_REFUSED_PAIRS:
-        lines.append(f"| {axis} + {other} | {choice} + {other_choice} | yes | refused: {fix} |")
+        lines.append(f"| {axis} + {other} | {choice} + {other_choice} | yes | refused: {fix} | - |")
+    for setting, how, verified in TRL_ENGINE_ROWS:
+        lines.append(f"| engine | {setting} | no | {how} | {verified} |")
     return "\n".join(lines)

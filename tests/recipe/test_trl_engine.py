@@ -15,7 +15,7 @@ import pytest
 from components.registry import ConfigError
 from recipe.config import load_recipe
 from recipe.engines import train
-from recipe.engines.support import TRL_SUPPORT, support_table
+from recipe.engines.support import TRL_ENGINE_ROWS, TRL_SUPPORT, TRL_VERIFIED, support_table
 from recipe.engines.trl import STATE_NAME, loss_arguments, trl_arguments
 from recipe.tracking import read_metrics
 
@@ -41,7 +41,9 @@ def test_every_recipe_choice_has_a_row_in_the_support_table():
     choices = {(axis, name) for axis, registry in REGISTRIES.items() for name in registry.names()}
     assert choices == set(TRL_SUPPORT)
     table = support_table()
-    assert table.count("\n") == len(choices) + 1  # header, rule, one row a choice
+    assert table.count("\n") == len(choices) + 1 + len(TRL_ENGINE_ROWS)  # header, rule, a row a choice, settings
+    refused = {key for key, support in TRL_SUPPORT.items() if support.kind == "refused"}
+    assert set(TRL_VERIFIED) == set(TRL_SUPPORT) - refused  # every runnable row says how far it is proven
 
 
 @pytest.mark.parametrize("overrides, expected", [
@@ -125,7 +127,9 @@ def test_the_launch_command_runs_accelerate_by_this_interpreter_on_a_free_port()
     ["advantage_norm=none", "batch_filter=none"],
     ["precision.fp32_head=false", "length_control={name: length_penalty, max_length: 12, cache_length: 4}"],
     ["off_policy.k=2"],
-], ids=["cispo", "dapo", "gspo", "grpo-sample-prompt", "adv-none-filter-none", "bf16-head-length-penalty", "k2"])
+    ["aggregation=prompt_mean"],  # ScaleRL's aggregation, through our loss path inside TRL
+], ids=["cispo", "dapo", "gspo", "grpo-sample-prompt", "adv-none-filter-none", "bf16-head-length-penalty", "k2",
+        "prompt-mean"])
 def test_each_choice_trl_supports_trains_with_finite_losses_and_a_rising_pass_rate(tiny_learner_dir, tmp_path,
                                                                                     overrides):
     from tests.conftest import tiny_override_list
