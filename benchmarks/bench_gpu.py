@@ -81,8 +81,8 @@ class GpuMemorySampler:
     def poll(self) -> None:
         while not self.stop.is_set():
             try:
-                text = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                                      capture_output=True, text=True, timeout=10).stdout
+                query = ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+                text = subprocess.run(query, capture_output=True, text=True, timeout=10).stdout
             except (OSError, subprocess.SubprocessError):
                 return
             ours = own_process_ids()
@@ -388,7 +388,8 @@ def pipeline(tiny: bool) -> None:
             status = f"{type(error).__name__}: {str(error)[-1500:]}"
     last = records[-1] if records else {}
     results["run"] = {
-        "status": status, "seconds": round(time.perf_counter() - started, 1), "eval_steps": [r["step"] for r in records],
+        "status": status, "seconds": round(time.perf_counter() - started, 1),
+        "eval_steps": [r["step"] for r in records],
         **{key: last.get(key) for key in (
             "compute/devices", "compute/device_seconds", "compute/wall_seconds", "compute/generation_seconds",
             "compute/training_seconds", "pipeline/publish_seconds", "pipeline/trainer_idle_frac",
@@ -406,7 +407,8 @@ def trl(tiny: bool) -> None:
     from recipe.model import count_parameters, load_model_dir
 
     results = Results("trl")
-    model_dir = save_random_model(TINY_SHAPE if tiny else QWEN3_0P6B, WORK / ("trl_model_tiny" if tiny else "trl_model"))
+    model_dir = save_random_model(TINY_SHAPE if tiny else QWEN3_0P6B,
+                                  WORK / ("trl_model_tiny" if tiny else "trl_model"))
     model, _ = load_model_dir(model_dir)
     results["model"] = {"shape": "tiny" if tiny else "Qwen3-0.6B body (character vocabulary)",
                         "params_b": round(sum(p.numel() for p in model.parameters()) / 1e9, 3),

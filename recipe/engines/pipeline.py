@@ -24,9 +24,10 @@ ratios use the behaviour logprobs the generator recorded; nothing is recomputed 
 Compute (recipe/compute.py): wall device-seconds = the trainer loop's wall-clock (waits included,
 evaluations and checkpoint writes excluded; the generator is paused while the trainer evaluates) x
 the devices held (recipe.run.devices_held: generator_devices + trainer_devices cores on CPU; on
-CUDA the distinct GPUs of the two roles, 1 when they share a one-GPU machine). CPU-seconds, the device-seconds of a CPU run, = the generator
-process's CPU time around each order it samples (shipped with the groups, like its wall-clock) + the
-trainer process's CPU time over the same loop steps as its wall-clock. A role waiting for the other
+CUDA the distinct GPUs of the two roles, 1 when they share a one-GPU machine). CPU-seconds, the
+device-seconds of a CPU run, = the generator process's CPU time around each order it samples
+(shipped with the groups, like its wall-clock) + the trainer process's CPU time over the same loop
+steps as its wall-clock. A role waiting for the other
 costs no CPU time, so on CPU the overlap of the two roles saves wall-clock, not device-seconds.
 The run is not bit-reproducible: when a weight update lands depends on timing.
 

@@ -2,18 +2,21 @@
 
     pip install -e '.[trl]'          (TRL 1.16; accelerate and datasets come with it)
 
-TRL does the RL step (generation with transformers or vLLM, the loss, the optimizer, accelerate's
-multi-GPU plumbing, its own checkpoints). `trl_arguments` maps the recipe onto GRPOConfig, one
+TRL does the RL step (generation with transformers or vLLM, the forward pass, the optimizer,
+accelerate's multi-GPU plumbing, its own checkpoints). `trl_arguments` maps the recipe onto GRPOConfig, one
 setting per line; recipe/engines/support.py is the table of what maps, what we emulate and what is
 refused. What we add at TRL's extension points, so a curve from this engine reads like a native one:
 - the reward function: the task's checker (+1 / -1, a sample cut without <eos> is wrong) shaped by
   length control, as recipe.run.sample_groups does;
 - `_generate_and_score_completions`: the advantages are recomputed from the same rewards by our
-  advantage_norm and batch_filter components (a dropped group's loss mask is zeroed), and the
-  generation's wall-clock, CPU time and token counts are recorded;
-- a callback: at the native engine's evaluation steps it runs recipe.evaluation.evaluate on the
-  held-out set, logs the record (compute keys included) to metrics.jsonl and MLflow and calls
-  on_eval; after every step it charges the step's time to the ComputeMeter (the generation, made
+  advantage_norm and batch_filter components (a dropped group's loss mask is zeroed), the
+  aggregation's row weights are computed over the whole batch, and the generation's wall-clock, CPU
+  time and token counts (every rank's) are recorded;
+- `_compute_loss`: the policy loss is our loss component's, aggregated by those weights: the native
+  trainer's math on TRL's logprobs (a test holds the two equal on a fixed batch);
+- a callback: at the native engine's evaluation steps (once TRL has logged the step) it runs
+  recipe.evaluation.evaluate on the held-out set, logs the record (compute keys included) to
+  metrics.jsonl and MLflow and calls on_eval; after every step it charges the step's time to the ComputeMeter (the generation, made
   once per k steps, charged 1/k a step as the native engine charges each minibatch's generation
   when it trains on it) and calls on_step; at every TRL checkpoint it
   writes our state (meter, pending metrics) into the checkpoint folder.
@@ -487,8 +490,8 @@ def first_error(log_path: Path) -> str:
     """The exception a launched process died of: the first "[rankN]: SomeError: ..." line of its log, else the
     last error line (torchrun's own ChildFailedError says only that a child failed)."""
     lines = log_path.read_text(errors="replace").splitlines()[-2000:]
-    errors = [line.strip() for line in lines if re.match(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b.*:", line.strip())
-              and "ChildFailedError" not in line]
+    exception = re.compile(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b.*:")
+    errors = [line.strip() for line in lines if exception.match(line.strip()) and "ChildFailedError" not in line]
     errors += [line.strip() for line in lines if line.startswith("terminate called")]  # a C++ abort, no traceback
     ranked = [line for line in errors if line.startswith("[rank")]
     found = (ranked or errors or ["no error line in the log"])[0 if ranked else -1]
