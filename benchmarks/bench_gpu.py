@@ -446,8 +446,7 @@ def trl(tiny: bool) -> None:
         runs[name] = {"status": status, "seconds_total": round(seconds, 1),
                       "s_per_step": None if step_seconds is None else round(step_seconds, 2),
                       "generated_tokens_per_s": round(tokens / (wall[-1] - wall[0])) if step_seconds else None,
-                      # TRL logs each step's loss (rounded to 4 places) and grad norm after the step's
-                      # evaluation: a record holds the previous step's, hence a first None.
+                      # Each evaluation record holds its step's loss (TRL rounds it to 4 places) and grad norm.
                       "losses": [r.get("train/loss") for r in trained],
                       "grad_norms": [r.get("train/grad_norm") for r in trained],
                       "eval_pass_rate_step0": records[0].get("eval/pass_rate") if records else None,
