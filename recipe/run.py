@@ -273,31 +273,27 @@ def evaluation_kwargs(cfg: RecipeConfig, c: Components) -> dict:
                 seed=cfg.seed if cfg.eval.seed is None else cfg.eval.seed)
 
 
-def default_devices(device: str) -> int:
-    """Devices a single-process run holds: its torch threads (cores) on CPU, one accelerator otherwise."""
-    return torch.get_num_threads() if str(device) == "cpu" else 1
-
-
 def devices_held(cfg: RecipeConfig, device: str, gpus: int | None = None) -> int:
     """The devices a job holds, one rule for every engine and off-policy mode: its wall-clock compute is
     wall-clock x these (README: "Compute").
 
-    - native, synchronous: one GPU, or its torch threads on CPU;
+    - native, synchronous: one GPU, or its torch threads (cores) on CPU;
     - native, PipelineRL: the distinct GPUs its two roles run on (1 when they share a one-GPU machine), or
       generator_devices + trainer_devices cores on CPU;
     - trl: a GPU per process (engine.num_processes), or each process's torch threads on CPU.
     gpus: the machine's GPU count (default torch.cuda.device_count()).
     """
-    cuda = str(device).startswith("cuda")
+    per_process = torch.get_num_threads() if str(device) == "cpu" else 1
     if cfg.engine.name == "trl":
-        return cfg.engine.num_processes * (1 if cuda else torch.get_num_threads())
+        return cfg.engine.num_processes * per_process
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
     if not mode.asynchronous:
-        return default_devices(device)
-    if not cuda:
+        return per_process
+    if not str(device).startswith("cuda"):
         return mode.generator_devices + mode.trainer_devices
-    gpus = torch.cuda.device_count() if gpus is None else gpus
-    return 2 if gpus > 1 else 1  # recipe.engines.pipeline.role_device: the generator on GPU 1 when there is one
+    from recipe.engines.pipeline import role_device  # that module imports this one
+
+    return len({role_device(device, role, mode, gpus) for role in ("trainer", "generator")})
 
 
 class Run:

@@ -3,9 +3,9 @@
     pip install -e '.[trl]'          (TRL 1.16; accelerate and datasets come with it)
 
 TRL does the RL step (generation with transformers or vLLM, the forward pass, the optimizer,
-accelerate's multi-GPU plumbing, its own checkpoints). `trl_arguments` maps the recipe onto GRPOConfig, one
-setting per line; recipe/engines/support.py is the table of what maps, what we emulate and what is
-refused. What we add at TRL's extension points, so a curve from this engine reads like a native one:
+accelerate's multi-GPU plumbing, its own checkpoints). `trl_arguments` maps the recipe onto
+GRPOConfig, one setting per line; recipe/engines/support.py is the table of what maps, what we
+emulate and what is refused. What we add at TRL's extension points, so a curve from this engine reads like a native one:
 - the reward function: the task's checker (+1 / -1, a sample cut without <eos> is wrong) shaped by
   length control, as recipe.run.sample_groups does;
 - `_generate_and_score_completions`: the advantages are recomputed from the same rewards by our
@@ -16,10 +16,10 @@ refused. What we add at TRL's extension points, so a curve from this engine read
   trainer's math on TRL's logprobs (a test holds the two equal on a fixed batch);
 - a callback: at the native engine's evaluation steps (once TRL has logged the step) it runs
   recipe.evaluation.evaluate on the held-out set, logs the record (compute keys included) to
-  metrics.jsonl and MLflow and calls on_eval; after every step it charges the step's time to the ComputeMeter (the generation, made
-  once per k steps, charged 1/k a step as the native engine charges each minibatch's generation
-  when it trains on it) and calls on_step; at every TRL checkpoint it
-  writes our state (meter, pending metrics) into the checkpoint folder.
+  metrics.jsonl and MLflow and calls on_eval; after every step it charges the step's time to the
+  ComputeMeter (the generation, made once per k steps, charged 1/k a step as the native engine
+  charges each minibatch's generation when it trains on it) and calls on_step; at every TRL
+  checkpoint it writes our state (meter, pending metrics) into the checkpoint folder.
 Resume: the newest TRL checkpoint under run_dir/trl that holds our state file (written last, so a
 checkpoint torn by a kill is never used) is passed to `trainer.train(resume_from_checkpoint=...)`.
 With engine.num_processes > 1 or engine.sharding fsdp the job runs this module under `accelerate
@@ -226,9 +226,9 @@ def make_trainer_class():
             output["advantages"] = advantages[rows].to(output["advantages"])
             completion_mask = output["completion_mask"] * keep[rows].to(output["completion_mask"].device)[:, None]
             output["completion_mask"] = completion_mask.to(output["completion_mask"].dtype)
-            output["num_items_in_batch"] = self.accelerator.gather(completion_mask.sum()).sum()
+            counts = self.accelerator.gather(completion_mask.sum(dim=1)).cpu()  # every rank's rows' kept tokens
+            output["num_items_in_batch"] = counts.sum().to(output["completion_mask"].device)
             # The aggregation's weights over the generation batch: the minibatch of one optimizer step when k is 1.
-            counts = self.accelerator.gather(completion_mask.sum(dim=1)).cpu()
             weights = row_weights(self.recipe_components.aggregation, counts, group_ids)
             output["recipe_row_weights"] = weights[rows].to(device=output["advantages"].device, dtype=torch.float32)
             correct = record["correct"]
