@@ -77,7 +77,8 @@ AXES = tuple(REGISTRIES)
 NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped")
 # Keys added after runs existed, and the value at which a run computes what those runs computed: at
 # that value the key stays out of the id, so a sweep begun before the key existed resumes its jobs.
-ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none"}
+ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer.micro_batch_tokens": 0,
+                   "optimizer.gradient_checkpointing": False}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -159,7 +160,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "optimizer.lr": (0, math.inf, False), "optimizer.warmup_steps": (0, math.inf, True),
     "optimizer.weight_decay": (0, math.inf, True), "optimizer.eps": (0, math.inf, False),
     "optimizer.beta1": (0, 1, True), "optimizer.beta2": (0, 1, True), "optimizer.grad_clip": (0, math.inf, False),
-    "optimizer.micro_batch_size": (0, math.inf, True),
+    "optimizer.micro_batch_size": (0, math.inf, True), "optimizer.micro_batch_tokens": (0, math.inf, True),
     "eval.every_steps": (1, math.inf, True), "eval.points_per_doubling": (0, math.inf, True),
     "eval.num_prompts": (1, math.inf, True),
     "eval.samples_per_prompt": (1, math.inf, True), "eval.batch_size": (1, math.inf, True),

@@ -38,6 +38,10 @@ import contextlib
 import torch
 
 NAME = "scalerl_shared_prefix"
+# The trainer's whole-response attention through the explicit two-part softmax of the decode path, as
+# before scaled_dot_product_attention served it: quadratic memory in the response length. For the
+# benchmarks (benchmarks/bench_train_memory.py) and the equality tests, which compare the two.
+EXPLICIT_TRAINING_ATTENTION = False
 
 
 class SharedPrefixCache:
@@ -54,6 +58,7 @@ class SharedPrefixCache:
         self.prompt_keys = [layer.keys for layer in prefill_cache.layers]
         self.prompt_values = [layer.values for layer in prefill_cache.layers]
         dtype = self.prompt_keys[0].dtype
+        self.prompt_mask = prompt_mask.bool()
         self.prompt_bias = torch.zeros(prompt_mask.shape, dtype=dtype, device=prompt_mask.device).masked_fill(
             prompt_mask == 0, float("-inf"))[:, None, None, :]
         order = torch.argsort(row_prompt, stable=True)
@@ -67,6 +72,7 @@ class SharedPrefixCache:
         self.response_values: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
         self.packed: tuple[torch.Tensor, int] | None = None
         self._row_bias: torch.Tensor | None = None
+        self._response_mask: torch.Tensor | None = None
 
     @property
     def row_bias(self) -> torch.Tensor:
@@ -74,6 +80,18 @@ class SharedPrefixCache:
         if self._row_bias is None:
             self._row_bias = self.prompt_bias[self.row_prompt]
         return self._row_bias
+
+    def response_mask(self, T: int) -> torch.Tensor:
+        """(A, 1, T, P + T) bool: response query t of a row sees its prompt's real tokens and responses 0..t.
+
+        Built once per forward and shared by every layer (autograd keeps one copy): T (P + T) bytes a row.
+        """
+        if self._response_mask is None or self._response_mask.shape[2] != T:
+            prompt = self.prompt_mask[self.row_prompt][:, None, None, :]  # (A, 1, 1, P)
+            causal = torch.ones(T, T, dtype=torch.bool, device=prompt.device).tril()
+            A, P = prompt.shape[0], prompt.shape[-1]
+            self._response_mask = torch.cat([prompt.expand(A, 1, T, P), causal.expand(A, 1, T, T)], dim=-1)
+        return self._response_mask
 
     def pack_responses(self, valid: torch.Tensor) -> torch.Tensor:
         """Let the model run on the real response tokens only, packed into one row; returns their flat indices.
@@ -165,6 +183,29 @@ def packed_positions(valid: torch.Tensor) -> torch.Tensor:
     return valid.reshape(-1).nonzero().squeeze(1)
 
 
+def whole_response_attention(cache: SharedPrefixCache, layer: int, query, key, value, scaling: float) -> torch.Tensor:
+    """The trainer's case: all T response tokens of each row at once, through torch's fused attention.
+
+    query (A, H, T, D); key, value (A, H_kv, T, D). Each row's prompt keys and values are gathered to
+    it and put before its response's, and scaled_dot_product_attention computes softmax over
+    [prompt | response] with the mask `cache.response_mask` (prompt padding and future tokens off). Its
+    kernels (flash or memory-efficient on CUDA, the blocked flash kernel on CPU) never hold the (T, P + T)
+    scores, in the forward or for the backward: memory linear in T but for the boolean mask, where the
+    explicit two-part softmax of the decode path would keep (A, H, T, P + T) per layer for backward.
+    The cache is only read (nothing appended), so gradient checkpointing may run this twice.
+    """
+    keys = torch.cat([cache.prompt_keys[layer][cache.row_prompt], key], dim=2)
+    values = torch.cat([cache.prompt_values[layer][cache.row_prompt], value], dim=2)
+    heads, heads_kv = query.shape[1], key.shape[1]
+    if heads != heads_kv:
+        # Grouped-query attention by copying each key head to its query heads: SDPA's enable_gqa would take
+        # its math kernel (quadratic memory) when a mask is given, on CUDA (torch 2.5-2.11).
+        keys = keys.repeat_interleave(heads // heads_kv, dim=1)
+        values = values.repeat_interleave(heads // heads_kv, dim=1)
+    mask = cache.response_mask(query.shape[2])
+    return torch.nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling)
+
+
 def shared_prefix_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, shared_prefix=None,
                             **kwargs):
     """Attention of the Q newest response tokens of each row over its prompt (shared) and its response.
@@ -186,6 +227,11 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling, 
     A, H, Q, D = query.shape
     heads_kv = key.shape[1]
     layer = module.layer_idx
+    if Q > 1 and not EXPLICIT_TRAINING_ATTENTION:
+        out = whole_response_attention(cache, layer, query, key, value, scaling)
+        if cache.packed is not None:
+            return cache._pack(out.transpose(1, 2)), None
+        return out.transpose(1, 2).contiguous(), None
     response_keys, response_values = cache.append(layer, key, value)
     query = query * scaling  # scaled once for both parts
     prompt_scores = cache.grouped(query, heads_kv) @ cache.prompt_keys[layer].transpose(-1, -2)
@@ -221,19 +267,26 @@ def supports_shared_prefix(model) -> bool:
             and getattr(config, "attn_logit_softcapping", None) is None)
 
 
-@contextlib.contextmanager
 def shared_prefix_attention_on(model):
     """Run the model with this attention function, then give it back its own implementation.
 
     Switching costs ~0.1 ms (measured on the testbed), so it is done around each forward call: the
     prefill and every other caller keep the model's own attention.
     """
+    return attention_implementation(model, NAME)
+
+
+@contextlib.contextmanager
+def attention_implementation(model, name: str):
+    """Run the model with attention implementation `name` (no switch when it already has it)."""
     own = model.config._attn_implementation
-    model.set_attn_implementation(NAME)
+    if own != name:
+        model.set_attn_implementation(name)
     try:
         yield
     finally:
-        model.set_attn_implementation(own)
+        if own != name:
+            model.set_attn_implementation(own)
 
 
 def _register() -> None:

@@ -203,6 +203,8 @@ def train_on(minibatch: Minibatch, version: int, run: "Run") -> dict[str, float]
     metrics.update(train_step(run.model, run.optimizer, run.schedule, minibatch.batch, loss_fn=c.loss,
                               aggregation=c.aggregation, precision=c.precision, temperature=cfg.rollout.temperature,
                               grad_clip=cfg.optimizer.grad_clip, micro_batch_size=cfg.optimizer.micro_batch_size,
+                              micro_batch_tokens=cfg.optimizer.micro_batch_tokens,
+                              gradient_checkpointing=cfg.optimizer.gradient_checkpointing,
                               staleness_bound=c.off_policy.max_staleness))
     kept = minibatch.batch.rollout
     meter.add_training(time.perf_counter() - started, run.shape,

@@ -94,6 +94,12 @@ class OptimizerConfig:
     grad_clip: float = 1.0
     # Sequences per forward/backward pass (0: the whole minibatch at once); the gradient is the same.
     micro_batch_size: int = 0
+    # Tokens per forward/backward pass, rows x (prompt + longest response), bounding the trainer's
+    # memory whatever the lengths (0: no bound; a longer row trains alone). Native engine; same gradient.
+    micro_batch_tokens: int = 0
+    # Recompute each decoder layer's activations in the backward instead of keeping them: memory per
+    # token ~1 hidden vector a layer, for ~1/3 more training compute. Same gradient.
+    gradient_checkpointing: bool = False
 
 
 EVAL_DRAWS = ("common", "per_point")  # EvalConfig.draws' values (recipe.evaluation.evaluation_streams)

@@ -7,18 +7,61 @@ whole minibatch, so splitting it into micro-batches (memory) leaves the gradient
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from recipe.generator import Rollout, positions_from_mask
 from recipe.model import lm_parts
-from recipe.prefix_attention import SharedPrefixCache, shared_prefix_attention_on, supports_shared_prefix
+from recipe.prefix_attention import (SharedPrefixCache, attention_implementation, shared_prefix_attention_on,
+                                     supports_shared_prefix)
 
 
 # Whether the response forward skips padding (packed into one row); benchmarks/bench_prefix_attention.py
 # switches it off to time the row layout against it.
 PACK_RESPONSES = True
+# The head's logits are computed this many bytes of fp32 (tokens x vocabulary) at a time, each chunk
+# recomputed in the backward: the whole batch's logits, log-softmax and probabilities never exist at
+# once (at a 152k vocabulary, 2.4 GB a copy per 4k tokens). 0: the whole batch at once.
+HEAD_CHUNK_BYTES = 256 * 2**20
+
+
+@contextmanager
+def checkpointed_layers(model, enabled: bool):
+    """Gradient checkpointing of the decoder layers (the body's `layers`) while the context is open.
+
+    Each layer keeps only its input for the backward and recomputes its activations there: memory per
+    token falls from ~tens of hidden-sized activations a layer to one, for ~1/3 more compute. The
+    recompute runs under the attention implementation of the forward (the backward runs after
+    shared_prefix_attention_on has given the model its own back). Applied around the response forward
+    only: the prompts' forward writes a KV cache, which a recompute would write twice (and it is
+    short). Our own wrapper rather than transformers' flag, whose behaviour has changed across the
+    versions we support.
+    """
+    if not enabled:
+        yield
+        return
+    body = lm_parts(model).body
+    layers = getattr(body, "layers", None)
+    if layers is None:
+        raise ValueError(f"optimizer.gradient_checkpointing: {type(body).__name__} has no `layers` list of "
+                         "decoder layers to checkpoint; set optimizer.gradient_checkpointing false")
+    for layer in layers:
+        def forward(*args, _forward=layer.forward, **kwargs):
+            implementation = model.config._attn_implementation
+
+            def run(*args, **kwargs):
+                with attention_implementation(model, implementation):
+                    return _forward(*args, **kwargs)
+            return checkpoint(run, *args, use_reentrant=False, **kwargs)
+        layer.forward = forward
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward  # the class's forward again
 
 
 def shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int):
@@ -99,17 +142,49 @@ def response_hidden_states(model, input_ids, attention_mask, prompt_width: int) 
 
 
 def sequence_logprobs(model, precision, input_ids, attention_mask, prompt_width: int, temperature: float = 1.0,
-                      with_entropy: bool = False):
+                      with_entropy: bool = False, gradient_checkpointing: bool = False):
     """Logprobs (B, T) float32 of the response tokens under the current weights (and entropy (B, T)).
 
     Position t of the response is predicted by hidden state P + t - 1, through the same precision
     head and temperature the generator sampled with.
     """
     parts = lm_parts(model)
-    hidden = response_hidden_states(model, input_ids, attention_mask, prompt_width)
-    logits = precision.head_logits(hidden, parts.head.weight, parts.head.bias)
-    logp_all = torch.log_softmax(logits / temperature, dim=-1)  # (B, T, V), head dtype
-    logprobs = logp_all.gather(-1, input_ids[:, prompt_width:, None]).squeeze(-1).float()
+    with checkpointed_layers(model, gradient_checkpointing and torch.is_grad_enabled()):
+        hidden = response_hidden_states(model, input_ids, attention_mask, prompt_width)
+    return head_logprobs(precision, hidden, parts.head.weight, parts.head.bias, input_ids[:, prompt_width:],
+                         temperature, with_entropy)
+
+
+def head_logprobs(precision, hidden, weight, bias, targets, temperature: float, with_entropy: bool,
+                  chunk_bytes: int | None = None):
+    """log softmax(head(hidden) / temperature)[targets] (B, T) float32, and the entropy (B, T) if asked.
+
+    In chunks of tokens whose fp32 logits take about `chunk_bytes` (HEAD_CHUNK_BYTES), each chunk
+    recomputed in the backward (checkpointed), so memory is that of one chunk, not of the (B, T, V)
+    logits. A batch that fits one chunk (the testbed's) is computed at once, as without chunks.
+    """
+    B, T, D = hidden.shape
+    chunk_bytes = HEAD_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    chunk = max(1, chunk_bytes // (4 * weight.shape[0])) if chunk_bytes > 0 else B * T
+    if B * T <= chunk:
+        logprobs, entropy = _head_chunk(hidden, targets, weight, bias, precision, temperature, with_entropy)
+        return logprobs, entropy
+    flat_hidden, flat_targets = hidden.reshape(B * T, D), targets.reshape(B * T)
+    recompute = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    pieces = []
+    for start in range(0, B * T, chunk):
+        args = (flat_hidden[start:start + chunk], flat_targets[start:start + chunk], weight, bias, precision,
+                temperature, with_entropy)
+        pieces.append(checkpoint(_head_chunk, *args, use_reentrant=False) if recompute else _head_chunk(*args))
+    logprobs = torch.cat([p[0] for p in pieces]).view(B, T)
+    return logprobs, torch.cat([p[1] for p in pieces]).view(B, T) if with_entropy else None
+
+
+def _head_chunk(hidden, targets, weight, bias, precision, temperature: float, with_entropy: bool):
+    """head_logprobs of one chunk: hidden (..., D), targets (...)."""
+    logits = precision.head_logits(hidden, weight, bias)
+    logp_all = torch.log_softmax(logits / temperature, dim=-1)  # (..., V), head dtype
+    logprobs = logp_all.gather(-1, targets[..., None]).squeeze(-1).float()
     if not with_entropy:
         return logprobs, None
     with torch.no_grad():
@@ -151,13 +226,39 @@ def build_optimizer(model, cfg):
     return optimizer, schedule
 
 
+def micro_batches(response_lengths: torch.Tensor, prompt_width: int, micro_batch_size: int = 0,
+                  micro_batch_tokens: int = 0) -> list[tuple[slice, int]]:
+    """Consecutive row ranges of a minibatch and the response width each needs: [(rows, width), ...].
+
+    A micro-batch ends before it would hold more than micro_batch_size rows or more than
+    micro_batch_tokens tokens, counted as rows x (prompt_width + its longest response), the shape
+    its forward computes (0: no bound). A row longer than the token budget trains alone. The rows stay
+    in order, so a prompt's samples stay together for the shared-prompt forward.
+    """
+    rows = len(response_lengths)
+    lengths = [max(1, int(n)) for n in response_lengths.tolist()]
+    out, start = [], 0
+    while start < rows:
+        end, width = start + 1, lengths[start]
+        while end < rows and (micro_batch_size <= 0 or end - start < micro_batch_size):
+            wider = max(width, lengths[end])
+            if micro_batch_tokens > 0 and (end + 1 - start) * (prompt_width + wider) > micro_batch_tokens:
+                break
+            end, width = end + 1, wider
+        out.append((slice(start, end), width))
+        start = end
+    return out
+
+
 def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggregation, precision,
-               temperature: float, grad_clip: float, micro_batch_size: int = 0,
-               staleness_bound: int | None = None) -> dict[str, float]:
+               temperature: float, grad_clip: float, micro_batch_size: int = 0, micro_batch_tokens: int = 0,
+               gradient_checkpointing: bool = False, staleness_bound: int | None = None) -> dict[str, float]:
     """One optimizer step on `batch`; returns train metrics (loss, grad norm, entropy, ratios...).
 
-    staleness_bound: the off-policy mode's bound; a token older than it raises StalenessError
-    before any weight changes.
+    The minibatch runs in micro-batches (micro_batches: by rows and/or tokens), each cut to its own
+    longest response; the aggregation's weights come from the whole minibatch, so the gradient is that
+    of one pass. staleness_bound: the off-policy mode's bound; a token older than it raises
+    StalenessError before any weight changes.
     """
     staleness = batch.staleness()
     max_staleness = int(staleness.max()) if staleness.numel() else 0
@@ -168,24 +269,24 @@ def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggreg
     rollout = batch.rollout
     mask = rollout.loss_mask
     weights = aggregation.token_weights(mask, batch.group_ids)  # (B, T), sum_bt w l = the loss
-    B = mask.shape[0]
-    size = micro_batch_size if micro_batch_size > 0 else B
+    P = rollout.prompt_width
     total_loss, token_count = 0.0, float(mask.sum())
     entropy_sum = mismatch_sum = 0.0
     component_metrics: dict[str, list[float]] = {}
     optimizer.zero_grad(set_to_none=True)
-    for start in range(0, B, size):
-        rows = slice(start, start + size)
-        m = mask[rows]
-        logprobs, entropy = sequence_logprobs(model, precision, rollout.input_ids[rows], rollout.attention_mask[rows],
-                                              rollout.prompt_width, temperature, with_entropy=True)
+    response_lengths = rollout.attention_mask[:, P:].sum(1)
+    for rows, width in micro_batches(response_lengths, P, micro_batch_size, micro_batch_tokens):
+        m, old = mask[rows, :width], rollout.old_logprobs[rows, :width]
+        logprobs, entropy = sequence_logprobs(model, precision, rollout.input_ids[rows, :P + width],
+                                              rollout.attention_mask[rows, :P + width], P, temperature,
+                                              with_entropy=True, gradient_checkpointing=gradient_checkpointing)
         advantages = batch.advantages[rows, None].expand_as(logprobs)
-        output = loss_fn(logprobs, rollout.old_logprobs[rows], advantages, m)
-        loss = (weights[rows] * output.per_token_loss).sum()
+        output = loss_fn(logprobs, old, advantages, m)
+        loss = (weights[rows, :width] * output.per_token_loss).sum()
         loss.backward()
         total_loss += float(loss.detach())
         entropy_sum += float(entropy[m].sum())
-        mismatch_sum += float((logprobs.detach() - rollout.old_logprobs[rows]).abs()[m].sum())
+        mismatch_sum += float((logprobs.detach() - old).abs()[m].sum())
         for key, value in output.metrics.items():
             component_metrics.setdefault(key, []).append(value)
     grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)

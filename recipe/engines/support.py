@@ -134,6 +134,10 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
         if choices[axis] == choice and choices[other] == other_choice:
             raise UnsupportedRecipe(f"{other}: {other_choice} with {axis} {choice} cannot run on engine trl ({fix}); "
                                     "engines that can: native")
+    if recipe["optimizer"]["micro_batch_tokens"]:
+        raise UnsupportedRecipe(f"optimizer.micro_batch_tokens: {recipe['optimizer']['micro_batch_tokens']} cannot "
+                                "run on engine trl (TRL accumulates micro-batches of a fixed number of rows); set "
+                                "optimizer.micro_batch_tokens 0 and bound memory with optimizer.micro_batch_size")
     micro = recipe["optimizer"]["micro_batch_size"]
     batch = recipe["rollout"]["prompts_per_batch"] * recipe["rollout"]["samples_per_prompt"]
     if micro and batch % (micro * recipe["engine"]["num_processes"]):

@@ -105,6 +105,8 @@ def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str,
         "weight_decay": cfg.optimizer.weight_decay, "adam_beta1": cfg.optimizer.beta1,
         "adam_beta2": cfg.optimizer.beta2, "adam_epsilon": cfg.optimizer.eps,
         "max_grad_norm": cfg.optimizer.grad_clip,
+        # TRL's default is on; ours is the recipe's key, as the native engine's.
+        "gradient_checkpointing": cfg.optimizer.gradient_checkpointing,
         "max_steps": cfg.max_steps,
         # Checkpoints on generation boundaries, where no generated-but-untrained batch exists.
         "save_strategy": "steps", "save_steps": k * math.ceil(cfg.checkpoint.every_steps / k),
@@ -133,6 +135,26 @@ def gathered_parameters(model):
         yield model
     finally:
         model.reshard()
+
+
+def embeddings_in_compute_dtype(model) -> None:
+    """Under FSDP's mixed precision the body computes in `model.scalerl_compute_dtype`: the input embeddings'
+    output is cast to it, after TRL's hooks.
+
+    TRL's cast_lm_head_to_fp32 on a model with tied embeddings hooks the embeddings to return the
+    parameters' original dtype, which is fp32 here (our parameters are fp32 master weights). Sharded, that
+    hands the decoder layers fp32 activations: FSDP casts a layer's inputs to bf16 on the forward but not on
+    gradient checkpointing's recompute, so backward fails ("Recomputed values ... have different metadata",
+    seen on an H200 with Qwen3-0.6B's tied head). Unsharded, autocast computes in bf16 whatever the input's
+    dtype, so this is applied to sharded jobs only. The fp32 head is TRL's fused head, which upcasts the last
+    hidden state itself.
+    """
+    dtype = model.scalerl_compute_dtype
+
+    def cast(module, inputs, output):
+        return output.to(dtype)
+
+    model.get_input_embeddings().register_forward_hook(cast)
 
 
 def bf16_head(head: torch.nn.Linear) -> None:
@@ -306,6 +328,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
     output_dir = run_dir / "trl"
     resume_from = newest_checkpoint(output_dir)
     trainer = build_trainer(cfg, model, tokenizer, task, components, output_dir, device)
+    if cfg.engine.sharding != "none":
+        embeddings_in_compute_dtype(model)  # after build_trainer: TRL's hooks run first
     accelerator = trainer.accelerator
     main = accelerator.is_main_process
 

@@ -29,15 +29,15 @@ def make_batch(model, tokenizer, G=4):
 
 
 def step_once(model, batch, precision, micro_batch_size, loss="cispo", aggregation="prompt_mean",
-              staleness_bound=None):
+              staleness_bound=None, **memory):
     optimizer, schedule = build_optimizer(model, OptimizerConfig(lr=1e-2, warmup_steps=1))
     return train_step(model, optimizer, schedule, batch, loss_fn=REGISTRIES["loss"].build({"name": loss}),
                       aggregation=REGISTRIES["aggregation"].build({"name": aggregation}), precision=precision,
                       temperature=1.0, grad_clip=1.0, micro_batch_size=micro_batch_size,
-                      staleness_bound=staleness_bound)
+                      staleness_bound=staleness_bound, **memory)
 
 
-def step_recording_gradients(model, batch, precision, micro_batch_size):
+def step_recording_gradients(model, batch, precision, micro_batch_size, **memory):
     """One train_step; returns (metrics, the clipped gradients AdamW received, parameter updates)."""
     before = [p.detach().clone() for p in model.parameters()]
     gradients = []
@@ -47,15 +47,28 @@ def step_recording_gradients(model, batch, precision, micro_batch_size):
 
     hook = register_optimizer_step_pre_hook(record)
     try:
-        metrics = step_once(model, batch, precision, micro_batch_size)
+        metrics = step_once(model, batch, precision, micro_batch_size, **memory)
     finally:
         hook.remove()
     updates = [p.detach() - b for p, b in zip(model.parameters(), before)]
     return metrics, gradients, updates
 
 
-def test_micro_batching_gives_the_same_update(tiny_model_dir):
-    """Splitting a minibatch into micro-batches leaves the gradient (and so the update) unchanged.
+SAME_UPDATE = {
+    "rows": dict(micro_batch_size=5),  # 12 rows -> 5, 5, 2
+    "tokens": dict(micro_batch_tokens=60),  # rows x (prompt + longest response) <= 60: several cuts
+    "rows_and_tokens_checkpointed": dict(micro_batch_size=2, micro_batch_tokens=100, gradient_checkpointing=True),
+    "checkpointed": dict(gradient_checkpointing=True),
+    "head_in_chunks": dict(head_chunk_bytes=4 * 103 * 7),  # 7 tokens of logits a chunk
+    # The explicit two-part softmax the trainer's attention used before scaled_dot_product_attention.
+    "explicit_attention": dict(explicit_attention=True),
+}
+
+
+@pytest.mark.parametrize("memory", SAME_UPDATE.values(), ids=SAME_UPDATE.keys())
+def test_micro_batching_gives_the_same_update(tiny_model_dir, memory, monkeypatch):
+    """Splitting a minibatch into micro-batches (by rows, by tokens), recomputing the layers in the backward
+    (gradient checkpointing) or the head's logits in chunks leaves the gradient (and so the update) unchanged.
 
     Compared where it is meaningful on every CPU: the gradients AdamW receives, to float round-off,
     and the update on parameters whose gradient is clearly non-zero. AdamW's first step is
@@ -63,12 +76,25 @@ def test_micro_batching_gives_the_same_update(tiny_model_dir):
     up to round-off (1e-12) moves its parameter by a full +-lr whose sign the summation order of a
     micro-batch decides; comparing those entries would test the CPU's float order, not the trainer.
     """
+    import recipe.prefix_attention
+    import recipe.trainer
+
     model, tokenizer = load_model_dir(tiny_model_dir)
     batch, precision = make_batch(model, tokenizer)
     whole, split = copy.deepcopy(model), copy.deepcopy(model)
     metrics_whole, grads_whole, updates_whole = step_recording_gradients(whole, batch, precision, micro_batch_size=0)
-    metrics_split, grads_split, updates_split = step_recording_gradients(split, batch, precision,
-                                                                         micro_batch_size=5)  # 12 rows -> 5, 5, 2
+    memory = dict(memory)
+    if "head_chunk_bytes" in memory:
+        assert len(tokenizer) == 103
+        monkeypatch.setattr(recipe.trainer, "HEAD_CHUNK_BYTES", memory.pop("head_chunk_bytes"))
+    if memory.pop("explicit_attention", False):
+        monkeypatch.setattr(recipe.prefix_attention, "EXPLICIT_TRAINING_ATTENTION", True)
+    split_rows = recipe.trainer.micro_batches(batch.rollout.attention_mask[:, batch.rollout.prompt_width:].sum(1),
+                                              batch.rollout.prompt_width, memory.get("micro_batch_size", 0),
+                                              memory.get("micro_batch_tokens", 0))
+    assert len(split_rows) >= 3 if {"micro_batch_size", "micro_batch_tokens"} & memory.keys() else len(split_rows) == 1
+    metrics_split, grads_split, updates_split = step_recording_gradients(
+        split, batch, precision, memory.pop("micro_batch_size", 0), **memory)
     scale = max(float(g.abs().max()) for g in grads_whole)
     assert scale > 0 and metrics_whole["train/grad_norm"] > 0
     for g_whole, g_split in zip(grads_whole, grads_split):
@@ -188,3 +214,17 @@ def test_packing_takes_each_rows_real_tokens_and_refuses_a_gap():
     assert packed_positions(valid).tolist() == [0, 1, 3, 4, 5, 9]
     with pytest.raises(ValueError, match="right-padded"):
         packed_positions(torch.tensor([[1, 0, 1]], dtype=torch.bool))
+
+
+def test_micro_batches_bound_rows_and_tokens_and_train_a_long_row_alone():
+    from recipe.trainer import micro_batches
+
+    lengths = torch.tensor([3, 5, 2, 20, 4, 4])
+    # rows x (prompt 4 + longest response) <= 20 tokens; the 20-token row exceeds it alone and trains alone.
+    assert micro_batches(lengths, 4, micro_batch_tokens=20) == [
+        (slice(0, 2), 5), (slice(2, 3), 2), (slice(3, 4), 20), (slice(4, 6), 4)]
+    assert micro_batches(lengths, 4, micro_batch_size=4) == [(slice(0, 4), 20), (slice(4, 6), 4)]
+    assert micro_batches(lengths, 4, micro_batch_size=1, micro_batch_tokens=1000) == [
+        (slice(i, i + 1), n) for i, n in enumerate(lengths.tolist())]
+    assert micro_batches(lengths, 4) == [(slice(0, 6), 20)]  # no bound: the whole minibatch, cut to its longest
+    assert micro_batches(torch.tensor([0, 0]), 4) == [(slice(0, 2), 1)]  # an empty response still has a column

@@ -194,6 +194,38 @@ def test_a_sharded_job_trains_evaluates_and_saves_sharded_checkpoints(tiny_overr
     assert (tmp_path / "run" / LAUNCH_LOG).is_file()
 
 
+def test_a_sharded_bf16_body_gets_bf16_embeddings_even_with_trls_tied_fp32_head_hook(tiny_model_dir, tiny_overrides,
+                                                                                      tmp_path):
+    """TRL's cast_lm_head_to_fp32 on a tied model hooks the embeddings to return their fp32 dtype; under FSDP that
+    broke gradient checkpointing's recompute on an H200 (BENCHMARKS.md, GPU). embeddings_in_compute_dtype, which
+    train_trl applies to sharded jobs, hands the layers the body's bf16 again."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from recipe.engines.trl import build_trainer, embeddings_in_compute_dtype
+    from recipe.model import load_model_dir, save_model_dir
+    from recipe.run import build_components
+    from recipe.tasks import build_task
+
+    untied, tokenizer = load_model_dir(tiny_model_dir)
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.tie_word_embeddings = True
+    tied = AutoModelForCausalLM.from_config(config)
+    tied.load_state_dict({k: v for k, v in untied.state_dict().items() if k != "lm_head.weight"}, strict=False)
+    save_model_dir(tied, tokenizer, tmp_path / "tied")
+    cfg = load_recipe(None, tiny_overrides(*TRL_BASE, f"model.path={tmp_path / 'tied'}", "model.dtype=bfloat16",
+                                           "precision.fp32_head=true"))
+    model, tokenizer = load_model_dir(tmp_path / "tied", "bfloat16")
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    build_trainer(cfg, model, tokenizer, build_task(cfg.task, tokenizer), build_components(cfg), tmp_path / "trl", "cpu")
+    embeddings = model.get_input_embeddings()
+    tokens = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        assert embeddings.to(torch.bfloat16)(tokens).dtype == torch.float32  # TRL's hook: back to fp32
+        embeddings_in_compute_dtype(model)
+        assert embeddings(tokens).dtype == torch.bfloat16
+
+
 def test_a_failed_launch_names_the_exception_a_process_died_of(tmp_path):
     from recipe.engines.trl import first_error
 

@@ -14,6 +14,8 @@ if os.environ.get("FORCE_CPU_FSDP") == "1":
         _init(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
         if fsdp_plugin is not None and self.distributed_type in (DistributedType.MULTI_CPU, DistributedType.NO):
             self.distributed_type = DistributedType.FSDP
+            if self._mixed_precision != "no":  # as accelerate does for GPU groups: FSDP2's MixedPrecisionPolicy
+                fsdp_plugin.set_mixed_precision(self._mixed_precision)
             self.fsdp_plugin = fsdp_plugin
             # Later AcceleratorState() calls copy the process state back in: it must say FSDP too.
             state.PartialState._shared_state["distributed_type"] = DistributedType.FSDP
