@@ -1,7 +1,8 @@
 """The LOO planner: a sweep spec -> the list of jobs, each a fully resolved recipe. Torch-free.
 
 Jobs are base x seeds plus, for every axis alternative, variant x seeds; a variant differs from the
-base of the same seed on exactly that axis. A job's id is its recipe's run id (a hash of the resolved
+base of the same seed on exactly that axis. A scan (sweeps/scan.py) plans the same way: its reference
+value is the base, every other value a variant "<key>=<value>" that differs in the scanned keys only. A job's id is its recipe's run id (a hash of the resolved
 config), so planning the same spec twice gives the same ids and the same directories.
 """
 
@@ -29,6 +30,8 @@ class Job:
     seed: int
     recipe: RecipeConfig
     run_dir: Path
+    scan_key: str | None = None  # a scan's job: the scanned recipe key and this job's value of it
+    scan_value: Any = None
 
     @property
     def variant(self) -> str:
@@ -77,6 +80,8 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
     """
     source = base_source(spec)
     runs_dir = output_dir(spec) / "runs"
+    if spec.scan:
+        return finish_plan(spec, plan_scan(spec, source, runs_dir))
     # The overrides are composed once and every variant over them; a variant's seeds differ from it in
     # `seed` alone (its range is the spec's seeds check), so a plan is linear in jobs at a few ms each.
     overrides = [("overrides", spec.overrides)] if spec.overrides else []
@@ -106,6 +111,11 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
                 raise ConfigError(f"{path}: {label!r} is the same variant as {seen[resolved]!r}; list it once")
             seen[resolved] = label
             jobs.extend(jobs_of(axis, label, variant))
+    return finish_plan(spec, jobs)
+
+
+def finish_plan(spec: SweepSpec, jobs: list[Job]) -> list[Job]:
+    """The checks every plan passes (cores, GPUs, one engine, faults naming variants), then seed-major order."""
     for planned in jobs:
         check_cores(spec, planned)
         check_gpus(spec, planned)
@@ -116,6 +126,42 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
             raise ConfigError(f"faults.{shown_key(variant)}: not a variant of this sweep; its variants: "
                               f"{', '.join(sorted(variants)[:10])}{', ...' if len(variants) > 10 else ''}")
     return sorted(jobs, key=lambda planned: spec.seeds.index(planned.seed))  # stable: base, then axes, per seed
+
+
+def plan_scan(spec: SweepSpec, source: Path | None, runs_dir: Path) -> list[Job]:
+    """A scan's jobs (sweeps/scan.py): the reference value x seeds as the base, then every other value x seeds.
+
+    Each value is composed over the overrides and checked by the recipe's own rules, so a value the
+    recipe refuses fails here naming the key and the value; two values that resolve to one recipe are refused.
+    """
+    from sweeps.scan import check_scan, check_scannable, nested, reference_index, resolve_reference
+
+    overrides = [("overrides", spec.overrides)] if spec.overrides else []
+    common = compose_data(source, overrides)
+    base_flat = flatten_config(common)
+    scan = check_scan(spec.scan)
+    check_scannable(scan, base_flat, flatten_config(spec.overrides))
+    recipes, seen = [], {}
+    for index in range(len(scan.values)):
+        label = scan.label(index)
+        path = f"scan.{scan.key}={label}"
+        recipe = compose_recipe(source, [(path, nested(scan.settings(index)))], start=common)  # errors name path
+        identity = run_id(dataclasses.replace(recipe, seed=spec.seeds[0]))
+        if identity in seen:
+            raise ConfigError(f"scan.{scan.key}: {label} gives the same recipe as {seen[identity]}; list it once")
+        seen[identity] = label
+        recipes.append(recipe)
+    scan = resolve_reference(scan, base_flat)
+    reference = reference_index(scan)
+    jobs = []
+    for index in [reference] + [i for i in range(len(scan.values)) if i != reference]:
+        axis = BASE if index == reference else scan.key
+        for seed in spec.seeds:
+            seeded = dataclasses.replace(recipes[index], seed=seed)
+            identifier = run_id(seeded)
+            jobs.append(Job(identifier, axis, scan.label(index), seed, seeded, runs_dir / identifier, scan.key,
+                            scan.values[index]))
+    return jobs
 
 
 def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
@@ -212,6 +258,27 @@ def resources(spec: SweepSpec, job: Job) -> str:
     return f"in-process{split}"
 
 
+def scan_lines(jobs: list[Job]) -> list[str]:
+    """What a scan's plan adds: the values against the reference, and the warm starts its model shapes need."""
+    scanned = [job for job in jobs if job.scan_key is not None]
+    if not scanned:
+        return []
+    from sweeps.scan import value_label
+
+    values = [value_label(v) for v in sorted({repr(job.scan_value): job.scan_value for job in scanned}.values(),
+                                             key=lambda v: (isinstance(v, str), v if not isinstance(v, str) else 0, str(v)))]
+    reference = next(job.choice for job in scanned if job.axis == BASE)
+    lines = [f"scan {scanned[0].scan_key}: {', '.join(values)}, each against the reference {reference} (the base)"]
+    # The embedded model's warm start depends on the model, warm_start and task sections (recipe.warm_start):
+    # a scan of the model's shape needs one per shape, built once under a lock and shared by that shape's jobs.
+    shapes = {(repr(job.recipe.model), repr(dataclasses.replace(job.recipe.warm_start, cache_dir=None)),
+               repr(job.recipe.task)) for job in scanned if job.recipe.model.path == "embedded"}
+    if len(shapes) > 1:
+        lines.append(f"warm starts: {len(shapes)}, one per model/warm-start/task setting, each built once "
+                     "(or taken from the package or the cache) and shared by its jobs; `sweep status` shows a build's progress")
+    return lines
+
+
 def format_plan(spec: SweepSpec, jobs: list[Job], verbose: bool = False, notes: list[str] = ()) -> str:
     """The job table `sweep plan` prints (and the notes of check_jobs_can_run)."""
     header = ("id", "axis", "choice", "seed", "engine", "resources")
@@ -227,6 +294,7 @@ def format_plan(spec: SweepSpec, jobs: list[Job], verbose: bool = False, notes: 
         f"train to {budget.target:g} {budget.unit}, fit on [{budget.burn_in:g}, {budget.fit_at:g}]; "
         f"output {output_dir(spec)}"
     )
+    lines.extend(scan_lines(jobs))
     lines.extend(notes)
     if verbose:
         lines.append("")

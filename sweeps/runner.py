@@ -49,7 +49,7 @@ def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None
     write_json_atomic(info_path, {
         "name": spec.name, "base": spec.base, "seeds": list(spec.seeds),
         "budget": dataclasses.asdict(spec.budget), "executor": spec.executor.name,
-        "axes": spec.axes, "created": created, "machine": machine_description(),
+        "axes": spec.axes, "scan": scan_record(jobs), "created": created, "machine": machine_description(),
     })
     # The spec with absolute paths, so `sweep status <sweep_dir>` works from any directory.
     frozen = dataclasses.asdict(spec)
@@ -64,6 +64,16 @@ def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None
          "run_dir": str(job.run_dir.relative_to(sweep_dir))}
         for job in jobs
     ])
+
+
+def scan_record(jobs: list[Job]) -> dict | None:
+    """sweep.json's scan: the scanned key, its values in plan order (the reference first) and the reference
+    value; None for a LOO. The report's scan page reads it (reports/scan.py)."""
+    scanned = [job for job in jobs if job.scan_key is not None]
+    if not scanned:
+        return None
+    values = list({repr(job.scan_value): job.scan_value for job in scanned}.values())
+    return {"key": scanned[0].scan_key, "values": values, "reference": values[0]}
 
 
 INPUT_ERROR_PREFIX = "input error: "

@@ -5,6 +5,8 @@
     axes:                         # LOO: each alternative replaces the base's choice on one axis
       loss: dapo                  #   a name, a {name: ..., param: ...} mapping, or a list of them
       precision: {fp32_head: false}
+    # or, instead of axes, a scaling scan (sweeps/scan.py): one recipe key over values, each against a reference
+    # scan: {rollout.prompts_per_batch: [16, 32, 64], reference: 32}
     seeds: [0]
     overrides: {max_steps: 300}   # recipe keys applied to every job (base and variants)
     budget: {unit: device_seconds, burn_in: 0, fit_at: 120, target: 240}
@@ -108,6 +110,8 @@ class SweepSpec:
     budget: BudgetSpec
     base: str = "scalerl"
     axes: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    # A scaling scan instead of axes: {<dotted recipe key>: [values], reference: v} (sweeps/scan.py).
+    scan: Dict[str, Any] = dataclasses.field(default_factory=dict)
     seeds: Tuple[int, ...] = (0,)
     overrides: Dict[str, Any] = dataclasses.field(default_factory=dict)
     executor: ExecutorSpec = dataclasses.field(default_factory=ExecutorSpec)
@@ -227,6 +231,12 @@ def check_spec_values(spec: SweepSpec) -> None:
         if isinstance(entry, (list, tuple)) and not entry:
             raise ConfigError(f"axes.{axis}: an empty list names no alternative; give one (e.g. {axis}: <name>) "
                               "or remove the axis")
+    if spec.scan:
+        from sweeps.scan import check_scan
+
+        if spec.axes:
+            raise ConfigError("scan: a spec is a LOO (axes) or a scan, not both; move the scan to a spec of its own")
+        check_scan(spec.scan)
     for variant, step in spec.faults.items():
         if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0):
             raise ConfigError(f"faults.{shown_key(variant)}: got {describe_value(step)}, expected a training step >= 0")

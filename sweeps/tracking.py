@@ -38,7 +38,8 @@ def tracking_uri(spec: SweepSpec, sweep_dir: Path) -> str:
 
 
 def job_tags(job: Job, parent_run_id: str) -> dict[str, str]:
-    return {
+    """A job's tags; a scan's job also carries the scanned key and its value (compare runs by value in the UI)."""
+    tags = {
         "mlflow.parentRunId": parent_run_id,
         "scalerl.run_id": job.run_id,
         "scalerl.axis": job.axis,
@@ -46,6 +47,9 @@ def job_tags(job: Job, parent_run_id: str) -> dict[str, str]:
         "scalerl.variant": job.variant,
         "scalerl.seed": str(job.seed),
     }
+    if job.scan_key is not None:
+        tags.update({"scalerl.scan_key": job.scan_key, "scalerl.scan_value": str(job.scan_value)})
+    return tags
 
 
 def recipe_params(job: Job) -> dict[str, str]:

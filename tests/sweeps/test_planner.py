@@ -99,8 +99,11 @@ SWEEP_SPECS = sorted(path for path in (REPO / "sweeps").glob("*.yaml") if not pa
 
 @pytest.mark.parametrize("path", SWEEP_SPECS, ids=lambda path: path.name)
 def test_every_shipped_spec_loads_and_plans(path):
-    jobs = plan_sweep(load_spec(path))
-    assert jobs[0].axis == BASE and len({job.variant for job in jobs}) == 1 + len(load_spec(path).axes)
+    spec = load_spec(path)
+    jobs = plan_sweep(spec)
+    # a LOO: the base and one variant per axis; a scan (sweeps/scan.py): one variant per scanned value
+    variants = len(next(iter(spec.scan.values()))) if spec.scan else 1 + len(spec.axes)
+    assert jobs[0].axis == BASE and len({job.variant for job in jobs}) == variants
 
 
 def test_a_local_pipeline_job_needs_a_core_per_role():
