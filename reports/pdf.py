@@ -27,6 +27,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
 from reports import figures, schema  # noqa: E402
+from reports.scan import scan_cells, scan_figure, scan_has_values, scan_info  # noqa: E402
 from reports.tables import (DEFAULT_N_BOOT, TRUNCATION_NOTE, config_diff, evidence_note,  # noqa: E402
                             diagnostics_table, evidence_cells, sig3, table_cells)
 
@@ -88,7 +89,8 @@ def _title_page(fits):
     ]
     with plt.rc_context(figures.STYLE):
         fig = plt.figure(figsize=figures.PAGE)
-        fig.text(0.04, 0.9, "Leave-one-out ablation report", fontsize=22, fontweight="bold", va="top")
+        kind = "Scaling scan report" if scan_info(data) else "Leave-one-out ablation report"
+        fig.text(0.04, 0.9, kind, fontsize=22, fontweight="bold", va="top")
         fig.text(0.04, 0.83, data.name, fontsize=15, va="top", color="0.25")
         fig.text(0.04, 0.74, "\n".join(lines), fontsize=10.5, va="top", family=MONO, linespacing=1.5)
     return fig
@@ -203,6 +205,22 @@ def _evidence_pages(fits) -> list:
     return pages
 
 
+def _scan_table_page(fits):
+    """A scan's fits per value: A, B and C_mid with their bootstrap intervals, and the verdict against the reference."""
+    header, rows = scan_cells(fits, stacked=True)
+    colours = [figures.VERDICT_COLOURS.get(r, "0.2") for r in
+               ["base" if "(ref)" in row[0] else row[-1].split(" (")[0] for row in rows]]
+    with plt.rc_context(figures.STYLE):
+        fig = figures._new_figure(f"Scan of {scan_info(fits.data)['key']}: the fit of every value")
+        bottom = _draw_table(fig, header, rows, colours, top=0.9)
+        fig.text(0.025, bottom - 0.03, textwrap.fill(
+            "Each row fits the value's seed-mean curve; intervals: 95% residual bootstrap of that curve (within-run "
+            "noise only). Verdicts compare each value with the reference on paired seeds, as the LOO table does "
+            "(the 'How sure' page gives the paired effects, their intervals and the MDE).", 165),
+            va="top", fontsize=9, linespacing=1.45)
+    return fig
+
+
 def _diagnostics_page(fits):
     """Stability diagnostics as numbers: last-quarter mean / max per variant, threshold breaches marked."""
     summary = diagnostics_table(fits.data)
@@ -286,7 +304,7 @@ def _diff_pages(fits) -> list:
     return pages
 
 
-FIGURES = ("curves", "variants", "fixed_a_slopes", "deltas", "power_law", "diagnostics")  # pages also saved as PNG
+FIGURES = ("scan", "curves", "variants", "fixed_a_slopes", "deltas", "power_law", "diagnostics")  # pages also saved as PNG
 
 
 def _power_law_pages(fits) -> tuple[list, list[str]]:
@@ -313,6 +331,8 @@ def report_pages(fits, *, power_law: bool = False) -> list[tuple[str, object]]:
     """
     pages = [("title", _title_page(fits))] + [("table", page) for page in _table_pages(fits)]
     pages += [("evidence", page) for page in _evidence_pages(fits)]
+    if scan_has_values(fits):
+        pages += [("scan", scan_figure(fits)), ("scan_table", _scan_table_page(fits))]
     if not fits.data.evals.empty:
         pages.append(("curves", figures.curves_figure(fits)))
     if fits.variants:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from reports import schema
 from reports.pdf import write_report
+from reports.scan import format_scan_table, scan_has_values
 from reports.sweep_data import SweepData, load_sweep
 from reports.tables import DEFAULT_N_BOOT, SweepFits, fit_sweep, format_loo_table
 
@@ -52,8 +53,10 @@ def publish(data: SweepData, *, pdf: Path, csv: Path, figures_dir: Path | None, 
                                      artifacts=[pdf, csv, *pngs], echo=echo)
         except (MlflowException, OSError) as error:
             echo(f"MLflow: fit results not logged ({type(error).__name__}: {error}); the report files are written")
-    return ReportOutputs(fits=fits, table=table, text=format_loo_table(table), csv=csv, pdf=pdf, figures=pngs,
-                         mlflow_logged=logged)
+    text = format_loo_table(table)
+    if scan_has_values(fits):
+        text += "\n\n" + format_scan_table(fits)
+    return ReportOutputs(fits=fits, table=table, text=text, csv=csv, pdf=pdf, figures=pngs, mlflow_logged=logged)
 
 
 def report_sweep(sweep_dir: str | Path, output_pdf: str | Path | None = None, *, n_boot: int = DEFAULT_N_BOOT,

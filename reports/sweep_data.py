@@ -65,11 +65,21 @@ class SweepData:
     notes: list[str] = field(default_factory=list)  # what was skipped and why
 
     def variants(self) -> list[str]:
-        """Variant names in report order: base first, then by axis (schema.AXES order), then choice."""
+        """Variant names in report order: base first, then by axis (schema.AXES order), then choice (a scan's
+        numeric values in numeric order: 16 before 128)."""
         first = self.runs.drop_duplicates("variant")
         axis_rank = {axis: i for i, axis in enumerate((schema.BASE,) + schema.AXES)}
-        ordered = sorted(first.itertuples(), key=lambda r: (axis_rank.get(r.axis, len(axis_rank)), r.axis, r.choice))
+        ordered = sorted(first.itertuples(), key=lambda r: (axis_rank.get(r.axis, len(axis_rank)), r.axis,
+                                                            *choice_order(r.choice)))
         return [r.variant for r in ordered]
+
+
+def choice_order(choice: str) -> tuple[int, float, str]:
+    """A sort key for choices: numbers first, by value, then names."""
+    try:
+        return 0, float(choice), choice
+    except ValueError:
+        return 1, 0.0, choice
 
 
 def budget_from_meta(meta: Mapping) -> tuple[Budget, list[str]]:

@@ -221,14 +221,20 @@ def loo_table(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
 
 def changed_axis(data: SweepData, variant: str, axis: str, choice: str) -> str:
     """'loss: cispo -> dapo' from the configs (the axis' component name, else its changed parameters)."""
+    scan = data.meta.get(schema.SWEEP_SCAN) or {}
     if axis == schema.BASE:
-        return ""
+        return f"reference: {scan['key']} = {choice}" if scan else ""
     runs = data.runs
     pairs = [(runs[(runs["variant"] == schema.BASE) & (runs["seed"] == s)]["run_id"], r)
              for s, r in runs[runs["variant"] == variant][["seed", "run_id"]].itertuples(index=False)]
     for base_ids, run_id in pairs:
         if len(base_ids) and base_ids.iloc[0] in data.configs and run_id in data.configs:
             base, other = data.configs[base_ids.iloc[0]], data.configs[run_id]
+            if scan:  # the scanned key, then the keys that change with it
+                keys = sorted(k for k in set(base) | set(other) if base.get(k) != other.get(k)
+                              and not k.startswith(schema.CONFIG_DIFF_IGNORED_PREFIXES))
+                keys.sort(key=lambda k: k != scan["key"])
+                return "; ".join(f"{k}: {base.get(k, '-')} -> {other.get(k, '-')}" for k in keys)
             name_key = f"{axis}.name"
             if base.get(name_key) != other.get(name_key):
                 return f"{axis}: {base.get(name_key, '?')} -> {other.get(name_key, '?')}"
