@@ -275,6 +275,28 @@ def _reach_key(fraction: float) -> str:
     return f"reach_{round(fraction * 100)}"
 
 
+def seed_quantities(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, fit_at: float,
+                    target: float) -> dict[str, dict[str, dict[int, float]]]:
+    """values[quantity][variant][seed] of every quantity a verdict tests or reports (seed_verdicts):
+    "A", "pred_at_target" (R(target)), and "reach_50" / "reach_90": ln(C_v / C_base) to reach that share of
+    the gain the base's fit of the same seed made by fit_at (the base itself: 0 at every seed)."""
+    base_fits = seed_fits[base]
+    values: dict[str, dict[str, dict[int, float]]] = {q: {} for q in ("A", "pred_at_target")}
+    for fraction in REACH_LEVELS:
+        values[_reach_key(fraction)] = {base: dict.fromkeys(base_fits, 0.0)}  # the base against itself
+    levels = {seed: reach_levels(fit, fit_at) for seed, fit in base_fits.items()}
+    for name, by_seed in seed_fits.items():
+        values["A"][name] = {s: f.a for s, f in by_seed.items()}
+        values["pred_at_target"][name] = {s: float(f.predict(target)) for s, f in by_seed.items()}
+        if name == base:
+            continue
+        for fraction in REACH_LEVELS:
+            values[_reach_key(fraction)][name] = {
+                seed: log_reach_ratio(fit, base_fits[seed], levels[seed][fraction])
+                for seed, fit in by_seed.items() if seed in base_fits}
+    return values
+
+
 def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, fit_at: float, target: float,
                   within_run_sd: Mapping[str, Mapping[str, float]] | None = None, level: float = LEVEL,
                   power: float = POWER, a_interval_at_bound: Collection[str] = (),
@@ -326,21 +348,7 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
     margins = {"A": min_a_shift, "pred_at_target": 0.0}  # pred_at_target is reported, not tested
     margins.update({_reach_key(f): math.log(min_compute_ratio) for f in REACH_LEVELS})
     base_fits = seed_fits[base]
-    values: dict[str, dict[str, dict[int, float]]] = {q: {} for q in ("A", "pred_at_target")}
-    for fraction in REACH_LEVELS:
-        values[_reach_key(fraction)] = {}
-    levels = {seed: reach_levels(fit, fit_at) for seed, fit in base_fits.items()}
-    for fraction in REACH_LEVELS:
-        values[_reach_key(fraction)][base] = dict.fromkeys(base_fits, 0.0)  # the base against itself
-    for name, by_seed in seed_fits.items():
-        values["A"][name] = {s: f.a for s, f in by_seed.items()}
-        values["pred_at_target"][name] = {s: float(f.predict(target)) for s, f in by_seed.items()}
-        if name == base:
-            continue
-        for fraction in REACH_LEVELS:
-            values[_reach_key(fraction)][name] = {
-                seed: log_reach_ratio(fit, base_fits[seed], levels[seed][fraction])
-                for seed, fit in by_seed.items() if seed in base_fits}
+    values = seed_quantities(seed_fits, base, fit_at=fit_at, target=target)
     effects: dict[str, dict[str, PairedEffect]] = {}
     # Each variant tests A and the reach levels (pred_at_target is reported, not tested); the table
     # makes those claims for every variant at once: Bonferroni over all of them keeps the chance of any
