@@ -221,6 +221,22 @@ def _scan_table_page(fits):
     return fig
 
 
+def _power_page(fits):
+    """The seed planner on this sweep's own noise and variants (reports/power.py); None without paired seeds."""
+    from reports.power import format_power_plan, sweep_noise
+
+    if fits.comparison is None or fits.data.runs["seed"].nunique() < 2 or len(fits.variants) < 2:
+        return None
+    budget, noise = fits.data.budget, sweep_noise(fits)
+    text = format_power_plan(noise, variants=noise.variants, target=budget.target, unit=budget.unit,
+                             pilot="this sweep", min_a_shift=budget.min_a_shift,
+                             min_compute_ratio=budget.min_compute_ratio)
+    lines = [wrapped for line in text.splitlines() for wrapped in (textwrap.wrap(line, 140, subsequent_indent="    ")
+                                                                   or [""])]
+    return _text_page("Planning the next sweep: what more seeds would detect, and what they cost", lines, size=8.5,
+                      mono=True)
+
+
 def _diagnostics_page(fits):
     """Stability diagnostics as numbers: last-quarter mean / max per variant, threshold breaches marked."""
     summary = diagnostics_table(fits.data)
@@ -333,6 +349,9 @@ def report_pages(fits, *, power_law: bool = False) -> list[tuple[str, object]]:
     pages += [("evidence", page) for page in _evidence_pages(fits)]
     if scan_has_values(fits):
         pages += [("scan", scan_figure(fits)), ("scan_table", _scan_table_page(fits))]
+    power = _power_page(fits)
+    if power is not None:
+        pages.append(("power", power))
     if not fits.data.evals.empty:
         pages.append(("curves", figures.curves_figure(fits)))
     if fits.variants:

@@ -95,3 +95,17 @@ def test_a_loo_report_has_no_scan_page(sweep_fits):
     pages = report_pages(sweep_fits)
     plt.close("all")
     assert "scan" not in [name for name, _ in pages]
+
+
+def test_the_report_plans_the_next_sweep_from_its_own_noise(scan_fits):
+    from reports.pdf import report_pages
+    from reports.power import sweep_noise
+
+    noise = sweep_noise(scan_fits)
+    # three seeds, two values against the reference: the two-way residual has 2 x (3 - 1) degrees of freedom
+    assert noise.quantities["A"].df == 4 and not noise.quantities["A"].lower_bound
+    # the synthetic runs move A by sd RUN_SD per run, shared and own: a paired seed differs by sd 2 x RUN_SD
+    assert 0.3 * 2 * RUN_SD < noise.quantities["A"].s < 3 * 2 * RUN_SD
+    pages = report_pages(scan_fits)
+    plt.close("all")
+    assert "power" in [name for name, _ in pages]

@@ -127,3 +127,33 @@ def test_the_shipped_batch_scan_plans_three_values_on_three_seeds():
     jobs = plan_sweep(spec)
     assert sorted({job.recipe.rollout.prompts_per_batch for job in jobs}) == [16, 32, 64]
     assert len(jobs) == 9 and {job.choice for job in jobs if job.axis == BASE} == {"32"}
+
+
+def test_sweep_plan_power_plans_seeds_from_a_pilots_noise(tmp_path, capsys):
+    import re
+
+    from fitting.power import seeds_needed
+    from reports.power import sweep_noise
+    from reports.sweep_data import load_sweep
+    from reports.tables import fit_sweep
+    from sweeps.cli import main
+    from tests.reports.test_scan import make_scan
+
+    pilot = make_scan(tmp_path)  # a finished synthetic scan: 3 values on 3 seeds
+    spec = tmp_path / "scan.yaml"
+    spec.write_text(SCAN_BATCH.read_text() + f"output_dir: {tmp_path / 'new'}\n")
+    assert main(["plan", str(spec), "--power", "--pilot", str(pilot)]) == 0
+    text = capsys.readouterr().out
+    rows = [line.split() for line in text.splitlines() if re.match(r"^[2-8]\s+[\d.]+\s", line)]
+    assert [row[0] for row in rows] == ["2", "3", "4", "6", "8"]
+    mde_a = [float(row[1]) for row in rows]
+    assert mde_a == sorted(mde_a, reverse=True) and mde_a[-1] > 0.02  # more seeds, smaller MDE, never below the margin
+    assert [int(row[5]) for row in rows] == [3 * n for n in (2, 3, 4, 6, 8)]  # jobs: 3 values x n seeds
+    noise = sweep_noise(fit_sweep(load_sweep(pilot), n_boot=200))
+    needed = seeds_needed(0.05, noise.quantities["A"].s, 2, margin=0.02)
+    assert f"dA 0.05: {needed} seeds ({3 * needed} jobs, {3 * needed * 180:,} device_seconds)" in text
+    assert "dA 0.02: never: a verdict needs an effect beyond the margin" in text
+    # without a finished sweep to measure: one line, exit 2, nothing printed
+    assert main(["plan", str(spec), "--power"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "holds no finished sweep to measure noise from" in err
