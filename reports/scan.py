@@ -20,7 +20,6 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from reports import figures, schema  # noqa: E402
