@@ -20,6 +20,7 @@ import argparse
 import gc
 import json
 import os
+import runpy
 import subprocess
 import sys
 import threading
@@ -245,10 +246,10 @@ def synthetic_batch(model, n_prompts: int, G: int, P: int, T: int) -> TrainBatch
                       version=0)
 
 
-def one_step(model, optimizer, schedule, batch: TrainBatch, micro: int) -> dict:
+def one_step(model, optimizer, schedule, batch: TrainBatch, micro: int, checkpointing: bool = False) -> dict:
     return train_step(model, optimizer, schedule, batch, loss_fn=REGISTRIES["loss"].build({"name": "cispo"}),
                       aggregation=REGISTRIES["aggregation"].build({"name": "prompt_mean"}), precision=precision(True),
-                      temperature=1.0, grad_clip=1.0, micro_batch_size=micro)
+                      temperature=1.0, grad_clip=1.0, micro_batch_size=micro, gradient_checkpointing=checkpointing)
 
 
 def train_bench(model, optimizer, schedule, n_prompts: int, G: int, P: int, T: int, micro: int, peak: float) -> dict:
@@ -274,15 +275,16 @@ def train_bench(model, optimizer, schedule, n_prompts: int, G: int, P: int, T: i
             if device() == "cuda" else None, "grad_norm": metrics["train/grad_norm"]}
 
 
-def length_wall(model, optimizer, schedule, lengths: list[int], prompt: int) -> dict:
-    """One response of T tokens per step (micro-batch 1), T doubling: the longest that trains, and its cost."""
+def length_wall(model, optimizer, schedule, lengths: list[int], prompt: int, checkpointing: bool = False) -> dict:
+    """One response of T tokens per step (micro-batch 1), T doubling: the longest that trains, and its cost
+    (with or without optimizer.gradient_checkpointing)."""
     out = {}
     for T in lengths:
         free()
         try:
             sync()
             started = time.perf_counter()
-            one_step(model, optimizer, schedule, synthetic_batch(model, 1, 1, prompt, T), 1)
+            one_step(model, optimizer, schedule, synthetic_batch(model, 1, 1, prompt, T), 1, checkpointing)
             sync()
             out[T] = {"ok": True, "seconds": round(time.perf_counter() - started, 2), "peak_gib": peak_gib()}
         except Exception as error:  # noqa: BLE001 - running out of memory is the finding
@@ -290,7 +292,7 @@ def length_wall(model, optimizer, schedule, lengths: list[int], prompt: int) -> 
                 raise
             out[T] = {"ok": False, "error": "out of memory"}
         optimizer.zero_grad(set_to_none=True)
-        log("length", T, out[T])
+        log("length", T, "checkpointed" if checkpointing else "", out[T])
         if not out[T]["ok"]:
             break
     trained = [T for T, result in out.items() if result["ok"]]
@@ -328,8 +330,12 @@ def native(tiny: bool, skip_decode: bool = False) -> None:
         optimizer.zero_grad(set_to_none=True)
         free()
         results["train"] = train
-    results["length_wall"] = length_wall(model, optimizer, schedule, [32, 64] if tiny else
-                                         [8192, 16384, 32768, 49152], 8 if tiny else 128)
+    # The memory wall, each way: every layer's activations kept, then gradient checkpointing (issue 38).
+    results["length_wall"] = length_wall(model, optimizer, schedule, [32, 64] if tiny else [8192, 16384, 32768],
+                                         8 if tiny else 128)
+    results["length_wall_checkpointed"] = length_wall(model, optimizer, schedule, [32, 64] if tiny else
+                                                      [8192, 16384, 32768, 61440], 8 if tiny else 128,
+                                                      checkpointing=True)
 
 
 def decode_and_gap(results: Results, model, tokenizer, lengths, peak: float) -> None:
@@ -422,6 +428,13 @@ def trl(tiny: bool) -> None:
             "optimizer.lr=1e-6", "optimizer.warmup_steps=1", "eval.every_steps=1", "eval.points_per_doubling=0",
             "eval.num_prompts=2", "eval.samples_per_prompt=2", "checkpoint.every_steps=1000", "tracking.mlflow=false",
             "task.train_size=512", "task.validation_size=32", f"max_steps={steps}"]
+    # Rewards with a spread (benchmarks/gpu_spread_reward), so the runs' losses and gradients are not all 0;
+    # set before the engine is imported here, and inherited by the ranks accelerate launches.
+    os.environ["BENCH_SPREAD_REWARD"] = "1"
+    reward_dir = str(Path(__file__).resolve().parent / "gpu_spread_reward")
+    os.environ["PYTHONPATH"] = os.pathsep.join([reward_dir, *filter(None, [os.environ.get("PYTHONPATH")])])
+    runpy.run_path(str(Path(reward_dir) / "sitecustomize.py"))  # this process: the plain runs
+    base.append("optimizer.gradient_checkpointing=true")  # as TRL's default; FSDP's recompute is what failed
     runs = {}
     # The pair compared first (fp32 head plain / sharded), then the head off; FSDP shards on GPUs only.
     variants = [("plain", "none", True), ("fsdp", "fsdp", True), ("fsdp", "fsdp", False), ("plain", "none", False)]

@@ -39,21 +39,27 @@ print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", tr
 # H200, a few ms of it GPU work), so together they fit the time; their per-process memory is their own
 # (bench_gpu.py counts a part's processes only). The native bench runs alone after them: its MFU and
 # memory wall need the card to itself. NATIVE_ARGS=--skip-decode measures its train step and wall only.
-say "tests, pipeline, trl: side by side (limit 160s each)"
-timeout 160 $PY -m pytest -q -p no:cacheprovider -m "gpu or not slow" -k cuda -rA \
+SIDE_PARTS=${SIDE_PARTS-pipeline trl}  # which of them run beside the tests; SIDE_LIMIT and NATIVE_LIMIT in seconds
+SIDE_LIMIT=${SIDE_LIMIT:-160}
+NATIVE_LIMIT=${NATIVE_LIMIT:-100}
+say "tests, ${SIDE_PARTS}: side by side (limit ${SIDE_LIMIT}s each)"
+timeout "$SIDE_LIMIT" $PY -m pytest -q -p no:cacheprovider -m "gpu or not slow" -k cuda -rA \
   tests/recipe/test_cuda.py tests/recipe/test_generator_contract.py > "$OUT/pytest.txt" 2>&1 &
 TESTS_PID=$!
-timeout 160 $PY benchmarks/bench_gpu.py pipeline $TINY > "$GPU_PROOF_WORK/pipeline.log" 2>&1 &
-PIPELINE_PID=$!
-timeout 160 $PY benchmarks/bench_gpu.py trl $TINY > "$GPU_PROOF_WORK/trl.log" 2>&1 &
-TRL_PID=$!
-wait $PIPELINE_PID; say "pipeline: exit $?"
-wait $TRL_PID; say "trl: exit $?"
+PIDS=()
+for part in $SIDE_PARTS; do
+  timeout "$SIDE_LIMIT" $PY benchmarks/bench_gpu.py "$part" $TINY > "$GPU_PROOF_WORK/$part.log" 2>&1 &
+  PIDS+=("$part:$!")
+done
+for entry in "${PIDS[@]}"; do wait "${entry#*:}"; say "${entry%%:*}: exit $?"; done
 wait $TESTS_PID; say "tests: exit $?; $(tail -1 "$OUT/pytest.txt")"
-say "native: bench_gpu.py native ${NATIVE_ARGS:-} (limit 100s)"
-timeout 100 $PY benchmarks/bench_gpu.py native $TINY ${NATIVE_ARGS:-} > "$GPU_PROOF_WORK/native.log" 2>&1
+say "native: bench_gpu.py native ${NATIVE_ARGS:-} (limit ${NATIVE_LIMIT}s)"
+timeout "$NATIVE_LIMIT" $PY benchmarks/bench_gpu.py native $TINY ${NATIVE_ARGS:-} > "$GPU_PROOF_WORK/native.log" 2>&1
 say "native: exit $?"
 # One log for all parts (the device tool returns at most 8 files); a launched trl job's processes write theirs
 # into the part's log too.
-for part in pipeline trl native; do echo "===== $part"; tail -c 200000 "$GPU_PROOF_WORK/$part.log"; done > "$OUT/run.log"
+for part in $SIDE_PARTS native; do echo "===== $part"; tail -c 200000 "$GPU_PROOF_WORK/$part.log"; done > "$OUT/run.log"
+# A launched trl job's processes write launch.log in their run directory; its errors name the cause.
+for log in "$GPU_PROOF_WORK"/trl_*/launch.log; do [ -f "$log" ] && { echo "===== $log"; grep -B2 -A12 -m3 "Error" "$log"; }
+done >> "$OUT/run.log" 2>/dev/null
 say "done"

@@ -57,3 +57,37 @@ def test_the_tiny_recipe_trains_on_cuda(tiny_overrides, tmp_path, off_policy):
                                            run_steps=4))
     records = train(cfg, tmp_path / "run", device="cuda")
     assert records[-1]["step"] == 4 and 0.0 <= records[-1]["eval/pass_rate"] <= 1.0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_trainers_memory_modes_give_the_explicit_attentions_gradients_on_cuda(tiny_model_dir, dtype, monkeypatch):
+    """On CUDA's kernels (flash / memory-efficient attention, bf16 autocast): scaled_dot_product_attention,
+    gradient checkpointing, the head in chunks and token micro-batches give the gradients of the explicit
+    two-part softmax the trainer used before (tests/recipe/test_trainer.py checks the same on CPU)."""
+    import copy
+
+    import recipe.prefix_attention
+    import recipe.trainer
+    from recipe.generator import generate
+    from recipe.trainer import TrainBatch
+    from tests.recipe.test_trainer import PROMPTS, step_recording_gradients
+
+    model, tokenizer = load_model_dir(tiny_model_dir, dtype=dtype, device="cuda")
+    precision = REGISTRIES["precision"].build({"name": "lm_head"})
+    rollout = generate(model, tokenizer, [p for p in PROMPTS for _ in range(4)], precision=precision,
+                       length_control=REGISTRIES["length_control"].build({"name": "none"}), max_new_tokens=10,
+                       torch_rng=torch.Generator(device="cuda").manual_seed(0))
+    group_ids = torch.arange(len(PROMPTS), device="cuda").repeat_interleave(4)
+    batch = TrainBatch(rollout, torch.linspace(-1.5, 1.5, len(group_ids), device="cuda"), group_ids, version=0)
+    explicit, memory = copy.deepcopy(model), copy.deepcopy(model)
+    monkeypatch.setattr(recipe.prefix_attention, "EXPLICIT_TRAINING_ATTENTION", True)
+    _, expected, _ = step_recording_gradients(explicit, batch, precision, 0)
+    monkeypatch.setattr(recipe.prefix_attention, "EXPLICIT_TRAINING_ATTENTION", False)
+    monkeypatch.setattr(recipe.trainer, "HEAD_CHUNK_BYTES", 4 * len(tokenizer) * 7)
+    _, got, _ = step_recording_gradients(memory, batch, precision, 2, micro_batch_tokens=100,
+                                         gradient_checkpointing=True)
+    scale = max(float(g.abs().max()) for g in expected)
+    tolerance = 1e-5 if dtype == "float32" else 2e-2  # bf16 body: kernels round differently
+    assert scale > 0
+    for a, b in zip(expected, got):
+        torch.testing.assert_close(b, a, atol=tolerance * scale, rtol=tolerance * 10)

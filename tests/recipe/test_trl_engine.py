@@ -184,7 +184,8 @@ def test_a_sharded_job_trains_evaluates_and_saves_sharded_checkpoints(tiny_overr
     repo = Path(__file__).resolve().parents[2]
     monkeypatch.setenv("FORCE_CPU_FSDP", "1")
     monkeypatch.setenv("PYTHONPATH", f"{repo / 'tests' / 'recipe' / 'cpu_fsdp'}{os.pathsep}{repo}")
-    cfg = load_recipe(None, [*tiny_overrides(run_steps=4), *TRL_BASE, "model.dtype=bfloat16", "engine.sharding=fsdp"])
+    cfg = load_recipe(None, [*tiny_overrides(run_steps=4), *TRL_BASE, "model.dtype=bfloat16", "engine.sharding=fsdp",
+                             "optimizer.gradient_checkpointing=true"])
     seen = []
     records = launch_processes(cfg, tmp_path / "run", seen.append)
     assert [r["step"] for r in records] == [r["step"] for r in seen] == [0, 4]
