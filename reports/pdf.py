@@ -231,9 +231,9 @@ def _power_page(fits):
     text = format_power_plan(noise, variants=noise.variants, target=budget.target, unit=budget.unit,
                              pilot="this sweep", min_a_shift=budget.min_a_shift,
                              min_compute_ratio=budget.min_compute_ratio)
-    lines = [wrapped for line in text.splitlines() for wrapped in (textwrap.wrap(line, 140, subsequent_indent="    ")
+    lines = [wrapped for line in text.splitlines() for wrapped in (textwrap.wrap(line, 135, subsequent_indent="    ")
                                                                    or [""])]
-    return _text_page("Planning the next sweep: what more seeds would detect, and what they cost", lines, size=8.5,
+    return _text_page("Planning the next sweep: what more seeds would detect, and what they cost", lines, size=9,
                       mono=True)
 
 

@@ -132,7 +132,7 @@ def scan_figure(fits):
             figures._draw_variant(curves, v, budget, colours[r["variant"]], label, band=r["reference"], marker_size=10)
         figures._budget_lines(curves, budget)
         figures._style_curve_axes(curves, budget)
-        curves.legend(loc="lower right", frameon=False, title=info["key"], fontsize=8)
+        curves.legend(loc="lower right", frameon=False, title=info["key"], fontsize=9)
         panels = [("A", "A (ceiling)", 0.60, "linear"), ("B", "B (efficiency exponent)", 0.35, "linear"),
                   ("C_mid", f"C_mid ({figures.UNIT_LABELS.get(budget.unit, budget.unit)})", 0.10, "log")]
         for key, label, bottom, scale in panels:
@@ -154,7 +154,7 @@ def scan_figure(fits):
         note = ("Points: each value's seed-mean fit with its 95% bootstrap interval, coloured by its verdict (red: "
                 "ceiling mover, blue: efficiency shaper, light grey: no detectable effect, dark grey: the reference); "
                 "dashes: the per-seed fits.")
-        fig.text(0.62, 0.84, textwrap.fill(note, 70), fontsize=8, va="bottom")
+        fig.text(0.62, 0.84, textwrap.fill(note, 64), fontsize=9, va="bottom")
     return fig
 
 

@@ -12,7 +12,7 @@ from tests.reports.tools import ensure_tool, ink_fraction
 
 # title, table, curves, variants, fixed-A slopes, deltas, diagnostics, diagnostics table, config diff, notes
 # (the notes page exists because the DAPO run lacks interrupted_frac and CISPO runs lack clip_frac)
-EXPECTED_PAGES = ["title", "table", "evidence", "curves", "variants", "fixed_a_slopes", "deltas", "diagnostics",
+EXPECTED_PAGES = ["title", "table", "evidence", "power", "curves", "variants", "fixed_a_slopes", "deltas", "diagnostics",
                   "diagnostics_table", "config_diff", "notes"]
 
 
