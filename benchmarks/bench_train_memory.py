@@ -13,10 +13,11 @@ peak resident set during the step (VmHWM, reset through /proc/self/clear_refs be
 resident set just before it.
 
 Modes:
-  before        the trainer as it was before issue 38: attention over [prompt | response] through the
-                explicit two-part softmax (EXPLICIT_TRAINING_ATTENTION) and the head's logits for the
-                whole batch at once (HEAD_CHUNK_BYTES 0);
-  after         scaled_dot_product_attention and the head in 256 MB chunks (the defaults);
+  before        the trainer as it was before issue 38: attention over all response queries at once
+                (TRAINING_QUERY_BLOCK 0) and the head's logits for the whole batch at once
+                (HEAD_CHUNK_BYTES 0);
+  after         attention in blocks of 512 queries and the head in 256 MB chunks, each recomputed in the
+                backward (the defaults);
   checkpointed  after, with optimizer.gradient_checkpointing;
   decode        one row decoding T tokens with recipe.generator.generate (the shared-prefix cache), its
                 peak over the resident set before the call. The vocabulary is the project's character
@@ -97,7 +98,7 @@ def train_point(mode: str, T: int, layers: int) -> dict:
     from recipe.trainer import build_optimizer, train_step
 
     if mode == "before":
-        recipe.prefix_attention.EXPLICIT_TRAINING_ATTENTION = True
+        recipe.prefix_attention.TRAINING_QUERY_BLOCK = 0
         recipe.trainer.HEAD_CHUNK_BYTES = 0
     model = build_model(layers)
     optimizer, schedule = build_optimizer(model, OptimizerConfig(lr=1e-7, warmup_steps=1))

@@ -36,12 +36,14 @@ from __future__ import annotations
 import contextlib
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 NAME = "scalerl_shared_prefix"
-# The trainer's whole-response attention through the explicit two-part softmax of the decode path, as
-# before scaled_dot_product_attention served it: quadratic memory in the response length. For the
-# benchmarks (benchmarks/bench_train_memory.py) and the equality tests, which compare the two.
-EXPLICIT_TRAINING_ATTENTION = False
+# The trainer's response queries are attended in blocks of this many, each block recomputed in the
+# backward: a block's (rows, heads, block, prompt + response) scores are the largest tensor attention
+# makes, so memory grows linearly with the response, not with its square. 0: the whole response at once
+# (the code before issue 38; benchmarks/bench_train_memory.py compares the two).
+TRAINING_QUERY_BLOCK = 512
 
 
 class SharedPrefixCache:
@@ -58,7 +60,6 @@ class SharedPrefixCache:
         self.prompt_keys = [layer.keys for layer in prefill_cache.layers]
         self.prompt_values = [layer.values for layer in prefill_cache.layers]
         dtype = self.prompt_keys[0].dtype
-        self.prompt_mask = prompt_mask.bool()
         self.prompt_bias = torch.zeros(prompt_mask.shape, dtype=dtype, device=prompt_mask.device).masked_fill(
             prompt_mask == 0, float("-inf"))[:, None, None, :]
         order = torch.argsort(row_prompt, stable=True)
@@ -72,7 +73,6 @@ class SharedPrefixCache:
         self.response_values: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
         self.packed: tuple[torch.Tensor, int] | None = None
         self._row_bias: torch.Tensor | None = None
-        self._response_mask: torch.Tensor | None = None
 
     @property
     def row_bias(self) -> torch.Tensor:
@@ -80,18 +80,6 @@ class SharedPrefixCache:
         if self._row_bias is None:
             self._row_bias = self.prompt_bias[self.row_prompt]
         return self._row_bias
-
-    def response_mask(self, T: int) -> torch.Tensor:
-        """(A, 1, T, P + T) bool: response query t of a row sees its prompt's real tokens and responses 0..t.
-
-        Built once per forward and shared by every layer (autograd keeps one copy): T (P + T) bytes a row.
-        """
-        if self._response_mask is None or self._response_mask.shape[2] != T:
-            prompt = self.prompt_mask[self.row_prompt][:, None, None, :]  # (A, 1, 1, P)
-            causal = torch.ones(T, T, dtype=torch.bool, device=prompt.device).tril()
-            A, P = prompt.shape[0], prompt.shape[-1]
-            self._response_mask = torch.cat([prompt.expand(A, 1, T, P), causal.expand(A, 1, T, T)], dim=-1)
-        return self._response_mask
 
     def pack_responses(self, valid: torch.Tensor) -> torch.Tensor:
         """Let the model run on the real response tokens only, packed into one row; returns their flat indices.
@@ -183,29 +171,6 @@ def packed_positions(valid: torch.Tensor) -> torch.Tensor:
     return valid.reshape(-1).nonzero().squeeze(1)
 
 
-def whole_response_attention(cache: SharedPrefixCache, layer: int, query, key, value, scaling: float) -> torch.Tensor:
-    """The trainer's case: all T response tokens of each row at once, through torch's fused attention.
-
-    query (A, H, T, D); key, value (A, H_kv, T, D). Each row's prompt keys and values are gathered to
-    it and put before its response's, and scaled_dot_product_attention computes softmax over
-    [prompt | response] with the mask `cache.response_mask` (prompt padding and future tokens off). Its
-    kernels (flash or memory-efficient on CUDA, the blocked flash kernel on CPU) never hold the (T, P + T)
-    scores, in the forward or for the backward: memory linear in T but for the boolean mask, where the
-    explicit two-part softmax of the decode path would keep (A, H, T, P + T) per layer for backward.
-    The cache is only read (nothing appended), so gradient checkpointing may run this twice.
-    """
-    keys = torch.cat([cache.prompt_keys[layer][cache.row_prompt], key], dim=2)
-    values = torch.cat([cache.prompt_values[layer][cache.row_prompt], value], dim=2)
-    heads, heads_kv = query.shape[1], key.shape[1]
-    if heads != heads_kv:
-        # Grouped-query attention by copying each key head to its query heads: SDPA's enable_gqa would take
-        # its math kernel (quadratic memory) when a mask is given, on CUDA (torch 2.5-2.11).
-        keys = keys.repeat_interleave(heads // heads_kv, dim=1)
-        values = values.repeat_interleave(heads // heads_kv, dim=1)
-    mask = cache.response_mask(query.shape[2])
-    return torch.nn.functional.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=scaling)
-
-
 def shared_prefix_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, shared_prefix=None,
                             **kwargs):
     """Attention of the Q newest response tokens of each row over its prompt (shared) and its response.
@@ -224,15 +189,47 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling, 
                          f"also uses {changed}")
     if cache.packed is not None:  # the trainer's response tokens, packed into one row (pack_responses)
         query, key, value = cache._unpack(query), cache._unpack(key), cache._unpack(value)
-    A, H, Q, D = query.shape
-    heads_kv = key.shape[1]
     layer = module.layer_idx
-    if Q > 1 and not EXPLICIT_TRAINING_ATTENTION:
-        out = whole_response_attention(cache, layer, query, key, value, scaling)
-        if cache.packed is not None:
-            return cache._pack(out.transpose(1, 2)), None
-        return out.transpose(1, 2).contiguous(), None
-    response_keys, response_values = cache.append(layer, key, value)
+    if query.shape[2] == 1:  # a decode step: this token's keys and values join the row's response so far
+        response_keys, response_values = cache.append(layer, key, value)
+        out = two_part_attention(cache, layer, query, response_keys, response_values, scaling)
+    else:  # the trainer's whole response (the cache is only read: a recompute may run this again)
+        out = response_attention(cache, layer, query, key, value, scaling)
+    if cache.packed is not None:
+        return cache._pack(out.transpose(1, 2)), None
+    return out.transpose(1, 2).contiguous(), None
+
+
+def response_attention(cache: SharedPrefixCache, layer: int, query, key, value, scaling: float) -> torch.Tensor:
+    """All T response queries of each row (the trainer), in blocks of TRAINING_QUERY_BLOCK.
+
+    Block [s, e) attends over the prompt and response keys [0, e) with the decode step's own arithmetic
+    (two_part_attention), so the trainer's logprobs are the generator's to round-off in any dtype: with
+    torch's fused attention (scaled_dot_product_attention) instead, a bf16 body's behaviour logprobs
+    differed from the trainer's by 0.003 on average and 0.09 at most on the testbed, against 1e-8 here.
+    With more than one block and gradients on, each block is checkpointed: the backward recomputes
+    its scores instead of keeping them, so what stays for the backward is linear in T.
+    """
+    T = query.shape[2]
+    block = TRAINING_QUERY_BLOCK if TRAINING_QUERY_BLOCK > 0 else T
+    if T <= block:
+        return two_part_attention(cache, layer, query, key, value, scaling)
+    recompute = torch.is_grad_enabled() and query.requires_grad
+    outs = []
+    for start in range(0, T, block):
+        end = min(T, start + block)
+        args = (cache, layer, query[:, :, start:end], key[:, :, :end], value[:, :, :end], scaling)
+        outs.append(checkpoint(two_part_attention, *args, use_reentrant=False) if recompute
+                    else two_part_attention(*args))
+    return torch.cat(outs, dim=2)
+
+
+def two_part_attention(cache: SharedPrefixCache, layer: int, query, response_keys, response_values,
+                       scaling: float) -> torch.Tensor:
+    """Queries (A, H, Q, D), the newest Q of a row's response, over its prompt and its response keys
+    (A, H_kv, T, D) up to the last query: the softmax of the module docstring. Returns (A, H, Q, D)."""
+    A, H, Q, D = query.shape
+    heads_kv = response_keys.shape[1]
     query = query * scaling  # scaled once for both parts
     prompt_scores = cache.grouped(query, heads_kv) @ cache.prompt_keys[layer].transpose(-1, -2)
     prompt_scores = cache.ungrouped(prompt_scores, H, Q) + cache.row_bias  # (A, H, Q, P)
@@ -247,10 +244,7 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling, 
     weights = torch.softmax(torch.cat([prompt_scores, response_scores], dim=-1).float(), dim=-1).to(query.dtype)
     P = prompt_scores.shape[-1]
     out = cache.ungrouped(cache.grouped(weights[..., :P], heads_kv) @ cache.prompt_values[layer], H, Q)
-    out = out + weights[..., P:] @ response_values  # (A, H, Q, D)
-    if cache.packed is not None:
-        return cache._pack(out.transpose(1, 2)), None
-    return out.transpose(1, 2).contiguous(), None
+    return out + weights[..., P:] @ response_values  # (A, H, Q, D)
 
 
 def supports_shared_prefix(model) -> bool:

@@ -539,4 +539,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    # Run the importable module's main, not this __main__ copy: one set of classes per process, so what
+    # patches or pickles recipe.engines.trl's (benchmarks/gpu_spread_reward, checkpoints) sees the ones in use.
+    from recipe.engines.trl import main as module_main
+
+    raise SystemExit(module_main(sys.argv[1:]))

@@ -60,10 +60,10 @@ def test_the_tiny_recipe_trains_on_cuda(tiny_overrides, tmp_path, off_policy):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_the_trainers_memory_modes_give_the_explicit_attentions_gradients_on_cuda(tiny_model_dir, dtype, monkeypatch):
-    """On CUDA's kernels (flash / memory-efficient attention, bf16 autocast): scaled_dot_product_attention,
-    gradient checkpointing, the head in chunks and token micro-batches give the gradients of the explicit
-    two-part softmax the trainer used before (tests/recipe/test_trainer.py checks the same on CPU)."""
+def test_the_trainers_memory_modes_give_the_same_gradients_on_cuda(tiny_model_dir, dtype, monkeypatch):
+    """On CUDA (bf16 autocast too): attention in query blocks, gradient checkpointing, the head in chunks
+    and token micro-batches give the gradients of the whole batch at once (tests/recipe/test_trainer.py
+    checks the same on CPU)."""
     import copy
 
     import recipe.prefix_attention
@@ -79,15 +79,15 @@ def test_the_trainers_memory_modes_give_the_explicit_attentions_gradients_on_cud
                        torch_rng=torch.Generator(device="cuda").manual_seed(0))
     group_ids = torch.arange(len(PROMPTS), device="cuda").repeat_interleave(4)
     batch = TrainBatch(rollout, torch.linspace(-1.5, 1.5, len(group_ids), device="cuda"), group_ids, version=0)
-    explicit, memory = copy.deepcopy(model), copy.deepcopy(model)
-    monkeypatch.setattr(recipe.prefix_attention, "EXPLICIT_TRAINING_ATTENTION", True)
-    _, expected, _ = step_recording_gradients(explicit, batch, precision, 0)
-    monkeypatch.setattr(recipe.prefix_attention, "EXPLICIT_TRAINING_ATTENTION", False)
+    whole, memory = copy.deepcopy(model), copy.deepcopy(model)
+    monkeypatch.setattr(recipe.prefix_attention, "TRAINING_QUERY_BLOCK", 0)
+    _, expected, _ = step_recording_gradients(whole, batch, precision, 0)
+    monkeypatch.setattr(recipe.prefix_attention, "TRAINING_QUERY_BLOCK", 3)
     monkeypatch.setattr(recipe.trainer, "HEAD_CHUNK_BYTES", 4 * len(tokenizer) * 7)
     _, got, _ = step_recording_gradients(memory, batch, precision, 2, micro_batch_tokens=100,
                                          gradient_checkpointing=True)
     scale = max(float(g.abs().max()) for g in expected)
-    tolerance = 1e-5 if dtype == "float32" else 2e-2  # bf16 body: kernels round differently
+    tolerance = 1e-5 if dtype == "float32" else 2e-2  # bf16 body: other matmul shapes round differently
     assert scale > 0
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, atol=tolerance * scale, rtol=tolerance * 10)

@@ -60,15 +60,17 @@ SAME_UPDATE = {
     "rows_and_tokens_checkpointed": dict(micro_batch_size=2, micro_batch_tokens=100, gradient_checkpointing=True),
     "checkpointed": dict(gradient_checkpointing=True),
     "head_in_chunks": dict(head_chunk_bytes=4 * 103 * 7),  # 7 tokens of logits a chunk
-    # The explicit two-part softmax the trainer's attention used before scaled_dot_product_attention.
-    "explicit_attention": dict(explicit_attention=True),
+    "attention_in_blocks": dict(query_block=2),  # 2 response queries a block, each recomputed in the backward
+    "everything": dict(micro_batch_tokens=100, gradient_checkpointing=True, query_block=2,
+                       head_chunk_bytes=4 * 103 * 5),
 }
 
 
 @pytest.mark.parametrize("memory", SAME_UPDATE.values(), ids=SAME_UPDATE.keys())
 def test_micro_batching_gives_the_same_update(tiny_model_dir, memory, monkeypatch):
     """Splitting a minibatch into micro-batches (by rows, by tokens), recomputing the layers in the backward
-    (gradient checkpointing) or the head's logits in chunks leaves the gradient (and so the update) unchanged.
+    (gradient checkpointing), the head's logits in chunks or the attention in query blocks leaves the
+    gradient (and so the update) unchanged.
 
     Compared where it is meaningful on every CPU: the gradients AdamW receives, to float round-off,
     and the update on parameters whose gradient is clearly non-zero. AdamW's first step is
@@ -87,8 +89,9 @@ def test_micro_batching_gives_the_same_update(tiny_model_dir, memory, monkeypatc
     if "head_chunk_bytes" in memory:
         assert len(tokenizer) == 103
         monkeypatch.setattr(recipe.trainer, "HEAD_CHUNK_BYTES", memory.pop("head_chunk_bytes"))
-    if memory.pop("explicit_attention", False):
-        monkeypatch.setattr(recipe.prefix_attention, "EXPLICIT_TRAINING_ATTENTION", True)
+    if "query_block" in memory:
+        assert batch.rollout.loss_mask.shape[1] > 2 * memory["query_block"]  # 3 blocks or more
+        monkeypatch.setattr(recipe.prefix_attention, "TRAINING_QUERY_BLOCK", memory.pop("query_block"))
     split_rows = recipe.trainer.micro_batches(batch.rollout.attention_mask[:, batch.rollout.prompt_width:].sum(1),
                                               batch.rollout.prompt_width, memory.get("micro_batch_size", 0),
                                               memory.get("micro_batch_tokens", 0))
