@@ -76,4 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The importable module's main, not this __main__ copy: the commands raise sweeps.cli.UsageError,
+    # which this copy's `except UsageError` would not catch (a traceback instead of one line).
+    from sweeps.cli import main as module_main
+
+    sys.exit(module_main())
