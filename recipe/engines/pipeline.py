@@ -199,9 +199,16 @@ def role_device(device: str, role: str, mode, gpus: int | None = None) -> str:
 
 def enter_role(device: str, role: str, mode) -> str:
     """Place this role's process: its device, deterministic CUDA options (per process: spawned roles
-    do not inherit the supervisor's torch settings) or its share of the CPU cores. Returns the device."""
+    do not inherit the supervisor's torch settings) or its share of the CPU cores. Returns the device.
+
+    On CUDA the role's GPU becomes the process's current device, so kernels and allocations that name
+    no index (a library's `cuda`, NCCL) land on it, not on cuda:0. Each process has its own caching
+    allocator with torch's default settings (PYTORCH_CUDA_ALLOC_CONF from the environment, if set):
+    two roles on one GPU each hold what they have cached (BENCHMARKS.md, "On one GPU").
+    """
     device = role_device(device, role, mode)
     if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
         configure_cuda()
     else:
         torch.set_num_threads(mode.trainer_devices if role == "trainer" else mode.generator_devices)
