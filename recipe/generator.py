@@ -162,7 +162,7 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     # the prompt cache is gathered to the B rows.
     shared_prefix = None
     if shared_prefix_decoding and supports_shared_prefix(model):
-        shared_prefix = SharedPrefixCache(cache, distinct_mask, row_prompt, capacity=limit)
+        shared_prefix = SharedPrefixCache(cache, distinct_mask, row_prompt)
     elif len(distinct) < B:
         cache.batch_select_indices(row_prompt)
     next_position = positions_from_mask(attention_mask)[:, -1] + 1

@@ -53,14 +53,11 @@ class SharedPrefixCache:
     prompt_keys/values: per layer (U, H_kv, P, D); prompt_bias (U, 1, 1, P): 0 on real prompt tokens,
     -inf on padding; row_prompt (A,): each active row's prompt; slot (A,): the row's index among the
     rows of its prompt (< width), fixed at the start so dropping finished rows needs no renumbering;
-    response_keys/values: per layer (A, H_kv, room, D) buffers whose first filled[layer] tokens are the
-    response decoded so far.
+    response_keys/values: per layer (A, H_kv, T, D), the T response tokens decoded so far.
     """
 
-    def __init__(self, prefill_cache, prompt_mask: torch.Tensor, row_prompt: torch.Tensor,
-                 capacity: int | None = None) -> None:
-        """From a prefill cache over the U distinct prompts (prompt_mask (U, P)) for rows row_prompt (B,);
-        capacity: the most response tokens a row will append (the decode steps), if known."""
+    def __init__(self, prefill_cache, prompt_mask: torch.Tensor, row_prompt: torch.Tensor) -> None:
+        """From a prefill cache over the U distinct prompts (prompt_mask (U, P)) for rows row_prompt (B,)."""
         self.prompt_keys = [layer.keys for layer in prefill_cache.layers]
         self.prompt_values = [layer.values for layer in prefill_cache.layers]
         dtype = self.prompt_keys[0].dtype
@@ -75,8 +72,6 @@ class SharedPrefixCache:
         self.dense = self._is_dense()
         self.response_keys: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
         self.response_values: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
-        self.filled = [0] * len(self.prompt_keys)  # response tokens appended, per layer
-        self.capacity = capacity
         self.packed: tuple[torch.Tensor, int] | None = None
         self._row_bias: torch.Tensor | None = None
 
@@ -131,29 +126,18 @@ class SharedPrefixCache:
         self.response_keys = [None if k is None else k[keep] for k in self.response_keys]
         self.response_values = [None if v is None else v[keep] for v in self.response_values]
 
-    def append(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Add this step's (A, H_kv, 1, D) keys and values: (the layer's key buffer, value buffer, tokens filled).
+    def append(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add this step's (A, H_kv, 1, D) keys and values; the layer's response keys and values so far.
 
-        The buffers hold room for more tokens than are filled (two_part_attention masks the rest) and
-        double when full, up to `capacity`: a few allocations per response instead of one per token.
-        A concatenation per step allocated a slightly larger tensor every step, and glibc's heap, which
-        cannot reuse the smaller holes, grew quadratically: a 2,048-token CPU decode held 3.3 GB more
-        resident memory for 0.1 GB of keys and values (benchmarks/bench_train_memory.py, decode).
+        By concatenation, as Hugging Face's DynamicCache does: a buffer preallocated for the whole
+        response and read through views of its filled part was measured slower on CPU (the batched
+        matmuls over those strided views cost ~3x the contiguous ones, more than the copy saves).
         """
-        keys, values, filled = self.response_keys[layer], self.response_values[layer], self.filled[layer]
-        if keys is None or filled == keys.shape[2]:
-            room = max(16, 2 * filled)
-            if self.capacity is not None:
-                room = max(filled + 1, min(room, self.capacity))
-            A, heads_kv, _, D = key.shape
-            grown_keys, grown_values = key.new_zeros(A, heads_kv, room, D), value.new_zeros(A, heads_kv, room, D)
-            if keys is not None:
-                grown_keys[:, :, :filled], grown_values[:, :, :filled] = keys, values
-            keys, values = grown_keys, grown_values
-            self.response_keys[layer], self.response_values[layer] = keys, values
-        keys[:, :, filled], values[:, :, filled] = key[:, :, 0], value[:, :, 0]
-        self.filled[layer] = filled + 1
-        return keys, values, filled + 1
+        if self.response_keys[layer] is not None:
+            key = torch.cat([self.response_keys[layer], key], dim=2)
+            value = torch.cat([self.response_values[layer], value], dim=2)
+        self.response_keys[layer], self.response_values[layer] = key, value
+        return key, value
 
     def grouped(self, rows: torch.Tensor, heads_kv: int) -> torch.Tensor:
         """(A, H, Q, X) per row -> (U, H_kv, (H / H_kv) * width * Q, X) per prompt (zeros where no row)."""
@@ -208,8 +192,8 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling, 
         query, key, value = cache._unpack(query), cache._unpack(key), cache._unpack(value)
     layer = module.layer_idx
     if query.shape[2] == 1:  # a decode step: this token's keys and values join the row's response so far
-        response_keys, response_values, filled = cache.append(layer, key, value)
-        out = two_part_attention(cache, layer, query, response_keys, response_values, scaling, filled)
+        response_keys, response_values = cache.append(layer, key, value)
+        out = two_part_attention(cache, layer, query, response_keys, response_values, scaling)
     else:  # the trainer's whole response (the cache is only read: a recompute may run this again)
         out = response_attention(cache, layer, query, key, value, scaling)
     if cache.packed is not None:
@@ -242,10 +226,9 @@ def response_attention(cache: SharedPrefixCache, layer: int, query, key, value, 
 
 
 def two_part_attention(cache: SharedPrefixCache, layer: int, query, response_keys, response_values,
-                       scaling: float, filled: int | None = None) -> torch.Tensor:
+                       scaling: float) -> torch.Tensor:
     """Queries (A, H, Q, D), the newest Q of a row's response, over its prompt and its response keys
-    (A, H_kv, T, D) up to the last query: the softmax of the module docstring. Returns (A, H, Q, D).
-    filled: a decode step's keys are a buffer whose first `filled` are real (the rest get no weight)."""
+    (A, H_kv, T, D) up to the last query: the softmax of the module docstring. Returns (A, H, Q, D)."""
     A, H, Q, D = query.shape
     heads_kv = response_keys.shape[1]
     query = query * scaling  # scaled once for both parts
@@ -255,8 +238,6 @@ def two_part_attention(cache: SharedPrefixCache, layer: int, query, response_key
         response_keys = response_keys.repeat_interleave(H // heads_kv, dim=1)
         response_values = response_values.repeat_interleave(H // heads_kv, dim=1)
     response_scores = query @ response_keys.transpose(-1, -2)  # (A, H, Q, T)
-    if filled is not None and filled < response_scores.shape[-1]:  # a decode step's unfilled room
-        response_scores[..., filled:] = float("-inf")
     if Q > 1:  # query i is response token T - Q + i: it sees response keys up to itself
         T = response_scores.shape[-1]
         future = torch.ones(Q, T, dtype=torch.bool, device=query.device).triu(T - Q + 1)
