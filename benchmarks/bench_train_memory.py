@@ -210,12 +210,12 @@ def main() -> int:
             point["load"] = os.getloadavg()[0]
             results["points"].append(point)
             print(json.dumps(point), file=sys.stderr, flush=True)
+            save(results, args.out)  # every point as it comes: a stopped run keeps what it measured
             if "error" in point:
                 break
         results["summary"][mode] = curve_summary([p for p in results["points"] if p["mode"] == mode])
     results["load_after"] = os.getloadavg()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1))
+    save(results, args.out)
     print(f"{'mode':<13}" + "".join(f"{T:>12}" for T in args.lengths) + "   bytes/token  doubling ratios")
     for mode in args.modes:
         row = {p["response"]: p for p in results["points"] if p["mode"] == mode}
@@ -224,6 +224,11 @@ def main() -> int:
         summary = results["summary"][mode]
         print(f"{mode:<13}{cells}   {summary.get('bytes_per_token', '-'):>11}  {summary.get('increment_ratios', '-')}")
     return 0
+
+
+def save(results: dict, out: str) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(results, indent=1))
 
 
 def cpu_model() -> str:
