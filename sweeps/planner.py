@@ -134,7 +134,8 @@ def plan_scan(spec: SweepSpec, source: Path | None, runs_dir: Path) -> list[Job]
     Each value is composed over the overrides and checked by the recipe's own rules, so a value the
     recipe refuses fails here naming the key and the value; two values that resolve to one recipe are refused.
     """
-    from sweeps.scan import check_scan, check_scannable, nested, reference_index, resolve_reference
+    from sweeps.scan import check_scan, check_scannable, reference_index, resolve_reference
+    from sweeps.tune_spec import params_layer
 
     overrides = [("overrides", spec.overrides)] if spec.overrides else []
     common = compose_data(source, overrides)
@@ -145,7 +146,7 @@ def plan_scan(spec: SweepSpec, source: Path | None, runs_dir: Path) -> list[Job]
     for index in range(len(scan.values)):
         label = scan.label(index)
         path = f"scan.{scan.key}={label}"
-        recipe = compose_recipe(source, [(path, nested(scan.settings(index)))], start=common)  # errors name path
+        recipe = compose_recipe(source, [(path, params_layer(scan.settings(index)))], start=common)  # errors name path
         identity = run_id(dataclasses.replace(recipe, seed=spec.seeds[0]))
         if identity in seen:
             raise ConfigError(f"scan.{scan.key}: {label} gives the same recipe as {seen[identity]}; list it once")

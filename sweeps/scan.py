@@ -83,19 +83,6 @@ def value_label(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def nested(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """{"rollout.prompts_per_batch": 64} -> {"rollout": {"prompts_per_batch": 64}}: one recipe layer,
-    a component's name first so that its parameters land on it."""
-    layer: dict[str, Any] = {}
-    for path, value in sorted(settings.items(), key=lambda item: not item[0].endswith(".name")):
-        cursor = layer
-        keys = path.split(".")
-        for key in keys[:-1]:
-            cursor = cursor.setdefault(key, {})
-        cursor[keys[-1]] = value
-    return layer
-
-
 def _plain_values(key: str, values: Any) -> tuple:
     if not isinstance(values, (list, tuple)) or not values:
         raise ConfigError(f"scan.{key}: got {describe_value(values)}, expected a non-empty list of values, "
