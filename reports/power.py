@@ -78,8 +78,14 @@ def _margin(quantity: str, min_a_shift: float, min_compute_ratio: float) -> floa
     return {"A": min_a_shift, "pred_at_target": 0.0}.get(quantity, math.log(min_compute_ratio))
 
 
+def _measured(noise: QuantityNoise) -> bool:
+    """Whether there is run-to-run noise to plan from: s = 0 (seeds' curves that agree exactly, e.g. flat
+    at 0) sizes nothing, and the power formulas need s > 0."""
+    return math.isfinite(noise.s) and noise.s > 0
+
+
 def _mde_text(noise: QuantityNoise, seeds: int, variants: int, margin: float, ratio: bool) -> str:
-    if not math.isfinite(noise.s):
+    if not _measured(noise):
         return "?"
     value = mde(noise.s, seeds, variants, margin=margin)
     text = f"x{math.exp(value):.2f}" if ratio else f"{value:.3f}"
@@ -87,7 +93,7 @@ def _mde_text(noise: QuantityNoise, seeds: int, variants: int, margin: float, ra
 
 
 def _needed_text(noise: QuantityNoise, effect: float, variants: int, margin: float, cost) -> str:
-    if not math.isfinite(noise.s):
+    if not _measured(noise):
         return "? (no run-to-run noise measured)"
     if abs(effect) <= margin + 1e-12:
         return "never: a verdict needs an effect beyond the margin"
@@ -108,6 +114,9 @@ def format_power_plan(noise: SweepNoise, *, variants: int, target: float, unit: 
         q = noise.quantities[quantity]
         if not math.isfinite(q.s):
             lines.append(f"  {label}: not measured")
+            continue
+        if q.s <= 0:
+            lines.append(f"  {label}: s = 0 (the seeds agree exactly, e.g. flat curves: no noise to plan from)")
             continue
         if q.lower_bound:
             lines.append(f"  {label}: s >= {q.s:.4f} (one seed: within-run noise only, a lower bound)")

@@ -78,3 +78,18 @@ def test_seeds_needed_is_the_first_n_at_80_percent_and_never_at_the_margin():
     assert detection_power(0.05, 0.03, n - 1, 8, margin=0.02) < 0.8
     assert seeds_needed(0.02, 0.03, 8, margin=0.02) is None  # an effect at the margin is never called
     assert seeds_needed(0.021, 0.03, 8, margin=0.02, max_seeds=8) is None
+
+
+def test_the_plan_says_when_a_pilot_measured_no_noise_instead_of_failing():
+    """Seeds whose curves agree exactly (flat at 0 on an untrained model) give s = 0 for a quantity: the plan
+    prints that it has nothing to size from, for that quantity only, and the report it is part of still builds."""
+    from fitting.power import QuantityNoise
+    from reports.power import QUANTITIES, SweepNoise, format_power_plan
+
+    quantities = {q: QuantityNoise(q, 0.0 if q == "A" else 0.05, 2, False) for q in QUANTITIES}
+    text = format_power_plan(SweepNoise(quantities, seeds=2, variants=1, unit="device_seconds", target=180.0,
+                                        wall_seconds_per_job=None), variants=1, target=180.0, unit="device_seconds",
+                             pilot="a pilot")
+    assert "A: s = 0 (the seeds agree exactly" in text
+    assert "dA 0.02: ? (no run-to-run noise measured)" in text
+    assert "pass rate at target: s = 0.0500" in text
