@@ -2,10 +2,13 @@
 
     python benchmarks/bench_gpu.py native     decode and train-step throughput at two lengths, MFU,
                                               behaviour-vs-trainer logprob gap (fp32 head on / off),
-                                              the longest response one train step fits
+                                              the longest response one train step fits, with and
+                                              without optimizer.gradient_checkpointing
     python benchmarks/bench_gpu.py pipeline   a PipelineRL-2 job (trainer and generator on the one GPU)
     python benchmarks/bench_gpu.py trl        the trl engine in bf16: plain and through accelerate with
-                                              engine.sharding fsdp, each with the fp32 head on and off
+                                              engine.sharding fsdp, each with the fp32 head on and off,
+                                              checkpointing on, a reward with a spread (gpu_spread_reward)
+                                              so their losses compare non-zero
 
 Models are random-initialised Qwen3 shapes (no weights to download); `native` uses the real 151,936-token
 vocabulary (the head's cost is real), `pipeline` and `trl` the project's character tokenizer, which they

@@ -2,6 +2,8 @@
 # The project's CUDA proof on one GPU, in about 5 minutes: the CUDA tests, then benchmarks/bench_gpu.py's
 # parts, each under its own time limit so one hang cannot take the others. Results: $OUT/summary.txt,
 # pytest.txt, native.json (or native_train.json), pipeline.json, trl.json, run.log: 6 files (BENCHMARKS.md: "GPU").
+# SIDE_PARTS picks the parts run beside the tests (default "pipeline trl"); SIDE_LIMIT and NATIVE_LIMIT their
+# time limits in seconds. E.g. the trl comparison alone: SIDE_PARTS=trl SIDE_LIMIT=300 NATIVE_LIMIT=1 bash ...
 #
 # The GPU machine has torch (CUDA), transformers, accelerate, pytest, pandas and scipy but no package index:
 # bring the other pure-Python packages as wheels in .whl/ (once, on a machine with an index):
