@@ -76,42 +76,24 @@ def build_model(layers: int, vocab: int | None = None):
     return Qwen2ForCausalLM(config).float().eval()
 
 
-def batch_of(T: int, vocab: int):
-    import torch
-
-    from recipe.generator import Rollout
-    from recipe.trainer import TrainBatch
-
-    ids = torch.randint(4, vocab, (1, PROMPT + T), generator=torch.Generator().manual_seed(T))
-    rollout = Rollout(input_ids=ids, attention_mask=torch.ones_like(ids), prompt_width=PROMPT,
-                      loss_mask=torch.ones(1, T, dtype=torch.bool), old_logprobs=torch.full((1, T), -12.0),
-                      lengths=torch.tensor([T]), truncated=torch.zeros(1, dtype=torch.bool),
-                      interrupted=torch.zeros(1, dtype=torch.bool), versions=torch.zeros(1, T, dtype=torch.long))
-    return TrainBatch(rollout, torch.tensor([1.0]), torch.tensor([0]), version=0)
-
-
 def train_point(mode: str, T: int, layers: int) -> dict:
     import recipe.prefix_attention
     import recipe.trainer
-    from components import REGISTRIES
+    from bench_gpu import one_step, synthetic_batch  # the GPU bench's step (CISPO, prompt_mean, fp32 head)
     from recipe.run_config import OptimizerConfig
-    from recipe.trainer import build_optimizer, train_step
+    from recipe.trainer import build_optimizer
 
     if mode == "before":
         recipe.prefix_attention.TRAINING_QUERY_BLOCK = 0
         recipe.trainer.HEAD_CHUNK_BYTES = 0
     model = build_model(layers)
     optimizer, schedule = build_optimizer(model, OptimizerConfig(lr=1e-7, warmup_steps=1))
-    vocab = model.config.vocab_size
 
-    def step(batch):
-        return train_step(model, optimizer, schedule, batch, loss_fn=REGISTRIES["loss"].build({"name": "cispo"}),
-                          aggregation=REGISTRIES["aggregation"].build({"name": "prompt_mean"}),
-                          precision=REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True}),
-                          temperature=1.0, grad_clip=1.0, gradient_checkpointing=mode == "checkpointed")
+    def step(batch):  # micro-batch 0: the one row at once
+        return one_step(model, optimizer, schedule, batch, 0, checkpointing=mode == "checkpointed")
 
-    step(batch_of(16, vocab))  # gradients and AdamW state exist from here on
-    batch = batch_of(T, vocab)
+    step(synthetic_batch(model, 1, 1, PROMPT, 16))  # gradients and AdamW state exist from here on
+    batch = synthetic_batch(model, 1, 1, PROMPT, T)
     before = rss_bytes()
     reset_peak()
     started = time.perf_counter()

@@ -155,20 +155,17 @@ def sequence_logprobs(model, precision, input_ids, attention_mask, prompt_width:
                          temperature, with_entropy)
 
 
-def head_logprobs(precision, hidden, weight, bias, targets, temperature: float, with_entropy: bool,
-                  chunk_bytes: int | None = None):
+def head_logprobs(precision, hidden, weight, bias, targets, temperature: float, with_entropy: bool):
     """log softmax(head(hidden) / temperature)[targets] (B, T) float32, and the entropy (B, T) if asked.
 
-    In chunks of tokens whose fp32 logits take about `chunk_bytes` (HEAD_CHUNK_BYTES), each chunk
-    recomputed in the backward (checkpointed), so memory is that of one chunk, not of the (B, T, V)
-    logits. A batch that fits one chunk (the testbed's) is computed at once, as without chunks.
+    In chunks of tokens whose fp32 logits take about HEAD_CHUNK_BYTES, each chunk recomputed in the
+    backward (checkpointed), so memory is that of one chunk, not of the (B, T, V) logits. A batch that
+    fits one chunk (the testbed's) is computed at once, as without chunks.
     """
     B, T, D = hidden.shape
-    chunk_bytes = HEAD_CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    chunk = max(1, chunk_bytes // (4 * weight.shape[0])) if chunk_bytes > 0 else B * T
+    chunk = max(1, HEAD_CHUNK_BYTES // (4 * weight.shape[0])) if HEAD_CHUNK_BYTES > 0 else B * T
     if B * T <= chunk:
-        logprobs, entropy = _head_chunk(hidden, targets, weight, bias, precision, temperature, with_entropy)
-        return logprobs, entropy
+        return _head_chunk(hidden, targets, weight, bias, precision, temperature, with_entropy)
     flat_hidden, flat_targets = hidden.reshape(B * T, D), targets.reshape(B * T)
     recompute = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     pieces = []
