@@ -114,6 +114,22 @@ def start_driver_until(spec: Path, out: Path, ready) -> subprocess.Popen:
     pytest.fail("the jobs never reached the state the test waits for")
 
 
+def kill_driver_mid_sweep_then_rerun(spec: Path, out: Path, kill_jobs_too: bool = True) -> subprocess.CompletedProcess:
+    """kill -9 the driver (and its jobs: a lost node) once some job has 3 evaluation points and none has
+    finished, then rerun `sweep run SPEC` to its end; returns the rerun, which must exit 0."""
+    driver = start_driver_until(spec, out, lambda lines: lines and max(lines) >= 3)
+    if kill_jobs_too:
+        os.killpg(driver.pid, signal.SIGKILL)
+    else:
+        driver.kill()
+    driver.wait()
+    assert not list(out.glob("runs/*/done.json")), "killed too late: a job had already finished"
+    result = subprocess.run([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return result
+
+
 @pytest.mark.parametrize("kill_jobs_too", [False, True], ids=["driver-only", "driver-and-jobs"])
 def test_kill_9_of_the_driver_then_rerun_resumes_without_gaps_or_duplicates(tmp_path, kill_jobs_too):
     # driver-only: the jobs live on and the new driver watches them instead of launching twice;
@@ -122,17 +138,7 @@ def test_kill_9_of_the_driver_then_rerun_resumes_without_gaps_or_duplicates(tmp_
     # (at 10 steps, 160 samples, a fast machine finished a job between the poll and the kill).
     spec = write_spec(tmp_path, executor="local", target=800)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "sweeps.cli", "run", str(spec)]
-    # kill once some job has a few evaluation points, none finished
-    driver = start_driver_until(spec, out, lambda lines: lines and max(lines) >= 3)
-    if kill_jobs_too:
-        os.killpg(driver.pid, signal.SIGKILL)
-    else:
-        driver.kill()
-    driver.wait()
-    assert not list(out.glob("runs/*/done.json")), "killed too late: a job had already finished"
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    kill_driver_mid_sweep_then_rerun(spec, out, kill_jobs_too)
     assert_complete_curves(out, 2)
 
 
@@ -177,13 +183,7 @@ def test_a_trl_sweep_runs_end_to_end_and_resumes_after_kill_9_of_driver_and_jobs
     spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=320, target=640, extra="", max_steps=200,
                                 overrides=TRL_JOB_OVERRIDES))
     out = tmp_path / "out"
-    driver = start_driver_until(spec, out, lambda lines: lines and max(lines) >= 3)
-    os.killpg(driver.pid, signal.SIGKILL)  # the driver and its jobs: a lost node
-    driver.wait()
-    assert not list(out.glob("runs/*/done.json")), "killed too late: a job had already finished"
-    result = subprocess.run([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    kill_driver_mid_sweep_then_rerun(spec, out)  # the driver and its jobs: a lost node
     assert_complete_curves(out, 2)
     assert (out / "report.pdf").is_file() and (out / "loo_table.csv").is_file()
     assert list(out.glob("runs/*/trl/checkpoint-*")), "the jobs checkpoint through TRL"

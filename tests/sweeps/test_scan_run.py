@@ -2,10 +2,6 @@
 MLflow tags)."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -13,7 +9,7 @@ import pytest
 
 from reports import schema
 from sweeps.cli import main
-from tests.sweeps.test_runner import assert_complete_curves, start_driver_until
+from tests.sweeps.test_runner import assert_complete_curves, kill_driver_mid_sweep_then_rerun
 from tests.sweeps.tiny_spec import TINY_JOB_OVERRIDES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,13 +43,7 @@ def test_a_scan_plans_runs_resumes_after_kill_9_fits_and_reports_each_value(tmp_
     assert main(["plan", str(spec)]) == 0
     assert "4 jobs: 2 variants x 2 seed(s)" in capsys.readouterr().out
     # kill -9 the driver and its jobs once a job has a few evaluation points, then resume
-    driver = start_driver_until(spec, out, lambda lines: lines and max(lines) >= 3)
-    os.killpg(driver.pid, signal.SIGKILL)
-    driver.wait()
-    assert not list(out.glob("runs/*/done.json")), "killed too late: a job had already finished"
-    result = subprocess.run([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO, capture_output=True,
-                            text=True, timeout=600)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    result = kill_driver_mid_sweep_then_rerun(spec, out)
     assert_complete_curves(out, 4)
     assert json.loads((out / "sweep.json").read_text())["scan"] == {
         "key": "rollout.prompts_per_batch", "values": [4, 8], "reference": 4}
