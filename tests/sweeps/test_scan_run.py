@@ -2,7 +2,6 @@
 MLflow tags)."""
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -12,7 +11,6 @@ from sweeps.cli import main
 from tests.sweeps.test_runner import assert_complete_curves, kill_driver_mid_sweep_then_rerun
 from tests.sweeps.tiny_spec import TINY_JOB_OVERRIDES
 
-REPO = Path(__file__).resolve().parents[2]
 
 # The tiny jobs of test_runner with prompts_per_batch scanned: 4 (the reference) and 8. Each value runs to 512
 # samples (32 and 16 steps), fit on 256: the larger batch still has 4 evaluation points in the window.
