@@ -35,8 +35,9 @@ sys.path.insert(0, str(REPO))
 
 
 def run_study(spec, label: str) -> dict:
-    from sweeps.tune import compute_summary, read_records, run_tune
     from sweeps.spec import output_dir
+    from sweeps.trials import compute_summary, read_records
+    from sweeps.tune import run_tune
 
     began = time.time()
     status = run_tune(spec)
@@ -61,7 +62,8 @@ def interval_misses(spec, study_dir: Path, trials: list[dict], horizons: list[fl
     """Cases (trial, horizon): the pruner's interval from the curve cut at horizon x fit_at vs the trial's objective."""
     from components.pruning import PRUNERS
     from fitting import FitInputError
-    from sweeps.tune import curve_points, estimate_objective, interval_settings, read_records
+    from sweeps.trials import curve_points, read_records
+    from sweeps.tune import estimate_objective, interval_settings
 
     level, n_boot, run_sd = interval_settings(PRUNERS.build(spec.pruner))
     run_ids = {record.number: record.run_id for record in read_records(study_dir)}

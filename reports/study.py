@@ -23,6 +23,7 @@ from matplotlib.backends.backend_pdf import PdfPages  # noqa: E402
 
 from reports import figures  # noqa: E402
 from reports.pdf import MONO, _draw_table, _text_page  # noqa: E402
+from sweeps.trials import best_record, compute_summary, curve_points, fit_trial_curve, read_records  # noqa: E402
 
 TRIALS_FILE = "trials.csv"
 STUDY_REPORT_FILE = "tune_report.pdf"
@@ -55,8 +56,6 @@ def _param_text(value) -> str:
 
 
 def _title_page(info: dict, records, tune_dir: Path):
-    from sweeps.tune import best_record, compute_summary
-
     identity = info["identity"]
     budget, objective = identity["budget"], identity["objective"]
     maximize = objective["direction"] == "maximize"
@@ -133,8 +132,6 @@ def _table_pages(records, metric: str) -> list:
 
 def _objective_figure(info: dict, records):
     """Objective vs each parameter: complete trials with their intervals, pruned ones at the estimate that lost."""
-    from sweeps.tune import best_record
-
     identity = info["identity"]
     space, metric = identity["space"], identity["objective"]["metric"]
     best = best_record(records, identity["objective"]["direction"] == "maximize")
@@ -182,7 +179,6 @@ def _objective_figure(info: dict, records):
 def _curves_figure(info: dict, records, tune_dir: Path):
     """Every trial's evaluations and sigmoid fit to the target; pruned trials end with an x where they stopped."""
     from fitting import FitInputError
-    from sweeps.tune import curve_points, fit_trial_curve
 
     budget = info["identity"]["budget"]
     with plt.rc_context(figures.STYLE):
@@ -226,8 +222,6 @@ def _curves_figure(info: dict, records, tune_dir: Path):
 
 def write_study_report(tune_dir: str | Path, output_pdf: str | Path | None = None) -> Path:
     """The study's PDF from its tune directory; returns its path (default <tune_dir>/tune_report.pdf)."""
-    from sweeps.tune import read_records
-
     tune_dir = Path(tune_dir)
     info = json.loads((tune_dir / "tune.json").read_text())
     records = read_records(tune_dir)

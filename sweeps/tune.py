@@ -41,68 +41,24 @@ from components.pruning import PRUNERS, CurveEstimate, Pruner
 from recipe.config import run_id as recipe_run_id
 from sweeps.job import TrainingJob
 from sweeps.planner import Job, check_cores
-from sweeps.progress import PASS_RATE_KEY, compute_key, format_duration
+from sweeps.progress import format_duration
 from sweeps.runner import Display, machine_description, sweep_job_recipe
 from sweeps.spec import base_source, output_dir
 from sweeps.state import is_done, is_locked, read_state, stop_run, write_json_atomic, write_state
+from sweeps.trials import (COMPLETE, FAILED, PRUNED, RUNNING, TrialRecord, best_record, compute_summary, curve_points,
+                           fit_trial_curve, read_records, write_record)
 from sweeps.tune_spec import VERDICT_ONLY_BUDGET_KEYS, TuneSpec, coupled_params, trial_recipe
 
-RUNNING, COMPLETE, PRUNED, FAILED = "running", "complete", "pruned", "failed"
 PRUNED_FILE = "pruned.json"
 TUNE_FILE = "tune.json"
 # The interval of an objective when the pruner does not set one (the `none` pruner).
 DEFAULT_LEVEL, DEFAULT_N_BOOT = 0.9, 200
 
 
-@dataclasses.dataclass
-class TrialRecord:
-    """What the driver knows of one trial; <tune_dir>/trials/<number>.json."""
-
-    number: int
-    params: dict[str, Any]
-    run_id: str
-    state: str = RUNNING
-    value: Optional[float] = None  # the objective (complete trials)
-    lower: Optional[float] = None  # its interval at the pruner's level
-    upper: Optional[float] = None
-    compute: float = 0.0  # compute of the trial's last evaluation
-    pass_rate: Optional[float] = None  # its last evaluated pass rate
-    pruned: Optional[dict[str, Any]] = None  # the pruning decision: compute, estimate, best trial's estimate
-    error: Optional[str] = None
-    note: Optional[str] = None
-
-
-def record_path(tune_dir: Path, number: int) -> Path:
-    return tune_dir / "trials" / f"{number}.json"
-
-
-def write_record(tune_dir: Path, record: TrialRecord) -> None:
-    write_json_atomic(record_path(tune_dir, record.number), dataclasses.asdict(record))
-
-
-def read_records(tune_dir: Path) -> list[TrialRecord]:
-    paths = sorted((tune_dir / "trials").glob("*.json"), key=lambda path: int(path.stem))
-    return [TrialRecord(**json.loads(path.read_text())) for path in paths]
-
-
 def params_label(params: dict[str, Any]) -> str:
     """{"optimizer.lr": 1.2345e-4, "rollout.samples_per_prompt": 8} -> "optimizer.lr=0.0001235, rollout.samples_per_prompt=8"."""
     return ", ".join(f"{path}={value:.4g}" if isinstance(value, float) else f"{path}={value}"
                      for path, value in params.items())
-
-
-def curve_points(run_dir: Path, unit: str) -> tuple[list[int], list[float], list[float]]:
-    """(steps, compute, pass rates) of a run's evaluations so far (complete lines of metrics.jsonl)."""
-    from reports.sweep_data import read_metrics_file
-
-    steps, compute, pass_rate = [], [], []
-    key = compute_key(unit)
-    for record in read_metrics_file(run_dir / "metrics.jsonl"):
-        if PASS_RATE_KEY in record and key in record:
-            steps.append(int(record["step"]))
-            compute.append(float(record[key]))
-            pass_rate.append(float(record[PASS_RATE_KEY]))
-    return steps, compute, pass_rate
 
 
 def interval_settings(pruner: Pruner) -> tuple[float, int, float]:
@@ -125,24 +81,6 @@ def honest_interval(value: float, lower: float, upper: float, run_sd: float, lev
 
     spread = norm.ppf((1 + level) / 2) * run_sd
     return (value - math.hypot(value - lower, spread), value + math.hypot(upper - value, spread))
-
-
-def fit_trial_curve(points: tuple[list[int], list[float], list[float]], burn_in: float, fit_method: str = "default",
-                    fit_weights: str = "compute"):
-    """R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B) fitted on a trial's evaluations with C >= burn_in.
-
-    R0 is the step-0 evaluation (fitted when the curve has none). Raises fitting.FitInputError when
-    the curve cannot be fitted yet.
-    """
-    from fitting import FitInputError, fit_sigmoid
-    from fitting.fit import window_method_options
-
-    steps, compute, pass_rate = points
-    if not steps:
-        raise FitInputError("no evaluation yet")
-    r0 = {"r0": pass_rate[0]} if steps[0] == 0 else {"fit_r0": True}
-    return fit_sigmoid(compute, pass_rate, burn_in=burn_in, **window_method_options(fit_method), weights=fit_weights,
-                       **r0)
 
 
 def estimate_objective(spec: TuneSpec, points: tuple[list[int], list[float], list[float]], level: float,
@@ -177,25 +115,8 @@ def estimate_objective(spec: TuneSpec, points: tuple[list[int], list[float], lis
     return CurveEstimate(value=float(value), lower=float(lower), upper=float(upper), compute=compute[-1])
 
 
-def best_record(records: list[TrialRecord], maximize: bool) -> TrialRecord | None:
-    complete = [record for record in records if record.state == COMPLETE and record.value is not None]
-    if not complete:
-        return None
-    return (max if maximize else min)(complete, key=lambda record: record.value)
-
-
 def as_estimate(record: TrialRecord) -> CurveEstimate:
     return CurveEstimate(record.value, record.lower, record.upper, record.compute)
-
-
-def compute_summary(records: list[TrialRecord], fit_at: float) -> tuple[float, dict[int, float]]:
-    """(compute the study spent, {pruned trial: compute its pruning saved, fit_at - where it stopped}).
-
-    A trial that shared another's run (same parameters) spent nothing of its own.
-    """
-    spent = sum(record.compute for record in records if not record.note)
-    saved = {record.number: max(0.0, fit_at - record.compute) for record in records if record.state == PRUNED}
-    return spent, saved
 
 
 def storage_url(spec: TuneSpec, tune_dir: Path) -> str:
