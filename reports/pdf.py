@@ -29,7 +29,8 @@ from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
 from reports import figures, schema  # noqa: E402
 from reports.scan import scan_cells, scan_figure, scan_has_values, scan_info  # noqa: E402
 from reports.tables import (DEFAULT_N_BOOT, TRUNCATION_NOTE, config_diff, evidence_note,  # noqa: E402
-                            diagnostics_table, evidence_cells, sig3, table_cells)
+                            diagnostics_table, evidence_cells, table_cells)
+from reports.text import sig3  # noqa: E402
 
 ROWS_PER_TABLE_PAGE = 10
 DIFF_LINES_PER_PAGE = 40

@@ -25,6 +25,7 @@ import pandas as pd
 
 from reports import schema
 from reports.sweep_data import SweepData
+from reports.text import aligned_lines, sig3
 
 DEFAULT_N_BOOT = 500  # bootstrap draws per interval: ~1 s per variant on the 2-core reference machine
 
@@ -393,15 +394,6 @@ TRUNCATION_NOTE = (f"share of training steps whose truncation rate (samples inte
                    f"limit) was below {schema.LOW_TRUNCATION_RATE:.0%}; the paper reports that for > "
                    f"{schema.LOW_TRUNCATION_STEPS_PAPER:.0%} of ScaleRL's steps; (!) marks less.")
 
-def sig3(value: float) -> str:
-    """Three significant figures, no exponent for compute-sized numbers (2542 -> 2540, 61.27 -> 61.3)."""
-    if value is None or not np.isfinite(value):
-        return "-"
-    if abs(value) >= 100:
-        return f"{round(value, 2 - int(math.floor(math.log10(abs(value))))):.0f}"
-    return f"{value:.3g}"
-
-
 def fmt(value, spec: str) -> str:
     return "-" if value is None or pd.isna(value) else format(value, spec)
 
@@ -530,14 +522,6 @@ def low_truncation_text(share) -> str:
     if share is None or pd.isna(share):
         return "-"
     return f"{share:.0%}" + (" (!)" if share < schema.LOW_TRUNCATION_STEPS_PAPER else "")
-
-
-def aligned_lines(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A plain-text table: columns padded to their widest cell, a dashed rule under the header."""
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header] + rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
 
 
 def format_loo_table(table: pd.DataFrame) -> str:

@@ -211,24 +211,8 @@ def _seed_spreads(records: list[dict], target: float) -> list[dict]:
     return spreads
 
 
-def _sig3(value: float) -> str:
-    """Three significant figures without exponent notation for compute-sized numbers (2542 -> 2540)."""
-    if not math.isfinite(value):
-        return str(value)
-    if abs(value) >= 100:
-        return f"{round(value, 2 - int(math.floor(math.log10(abs(value))))):.0f}"
-    return f"{value:.3g}"
-
-
 def _with_ci(value, ci, fmt) -> str:
     return fmt(value) + (f" [{fmt(ci[0])}, {fmt(ci[1])}]" if ci else "")
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header] + rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def _curve_name(record: dict) -> str:
@@ -238,6 +222,7 @@ def _curve_name(record: dict) -> str:
 
 def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
     from fitting import FLAG_MEANINGS
+    from reports.text import aligned_lines, sig3
 
     three, two = (lambda v: f"{v:.3f}"), (lambda v: f"{v:.2f}")
     print(f"fit window [{args.burn_in:g}, {args.fit_until:g}], method {args.method}, weights {args.weights}, "
@@ -257,20 +242,20 @@ def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
         rows.append([
             r["run"], r["seed"], str(r["n_points"]), f"{r['r0']:.3f}" + ("*" if r["r0_source"] == "fitted" else ""),
             _with_ci(r["a"], r["a_ci"], three), _with_ci(r["b"], r["b_ci"], two),
-            _with_ci(r["c_mid"], r["c_mid_ci"], _sig3), _with_ci(r["predicted"], r["predicted_ci"], three),
+            _with_ci(r["c_mid"], r["c_mid_ci"], sig3), _with_ci(r["predicted"], r["predicted_ci"], three),
             "-" if unobserved else three(r["observed"]), "-" if unobserved else f"{r['error']:+.3f}",
             "-" if unobserved else ("yes" if r["within_margin"] else "NO"), ", ".join(r["flags"]) or "-",
         ])
-    print(_table(header, rows))
+    print("\n".join(aligned_lines(header, rows)))
     if any(r.get("r0_source") == "fitted" for r in records):
         print("* R0 fitted")
     if spreads:
         print("\nseed spread (mean +- sd [min, max])")
-        keys = [("a", three), ("b", two), ("c_mid", _sig3), ("prediction", three)]
+        keys = [("a", three), ("b", two), ("c_mid", sig3), ("prediction", three)]
         spread_rows = [[s["run"], str(s["n_seeds"])]
                        + [f"{fmt(s['mean'][k])} +- {fmt(s['std'][k])} [{fmt(s['min'][k])}, {fmt(s['max'][k])}]"
                           for k, fmt in keys] for s in spreads]
-        print(_table(["run", "seeds", "A", "B", "C_mid", f"pred@{args.target:g}"], spread_rows))
+        print("\n".join(aligned_lines(["run", "seeds", "A", "B", "C_mid", f"pred@{args.target:g}"], spread_rows)))
     if seen_flags:
         print("\nflags:")
         for flag in seen_flags:
@@ -283,6 +268,8 @@ def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
 
 def _print_power_law(records: list[dict], args) -> None:
     """The sigmoid and the power-law baseline side by side: ceiling and prediction at --target."""
+    from reports.text import aligned_lines
+
     three = (lambda v: f"{v:.3f}")
     print("\npower-law baseline R = A - D / C^B on the same window (A at its bound 1: no ceiling)")
     rows = []
@@ -297,8 +284,9 @@ def _print_power_law(records: list[dict], args) -> None:
         rows.append([r["run"], r["seed"], sigmoid[0], law[0], sigmoid[1], law[1], observed,
                      f"not fitted: {power['fit_error']}" if "fit_error" in power else ""])
     target = f"{args.target:g}"
-    print(_table(["run", "seed", "A sigmoid", "A power law", f"pred@{target} sigmoid", f"pred@{target} power law",
-                  "observed", "note"], rows))
+    header = ["run", "seed", "A sigmoid", "A power law", f"pred@{target} sigmoid", f"pred@{target} power law",
+              "observed", "note"]
+    print("\n".join(aligned_lines(header, rows)))
 
 
 def _unfitted_summary(records: list[dict]) -> str:

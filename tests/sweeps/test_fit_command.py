@@ -8,7 +8,6 @@ import pytest
 
 from fitting import sigmoid_curve
 from sweeps.cli import main
-from sweeps.fit_command import _sig3
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "curves.csv")
 WINDOW = ["--fit-until", "8000", "--target", "16000", "--burn-in", "1500"]
@@ -134,10 +133,6 @@ def test_paper_method_from_the_cli(capsys):
     assert main(["fit", EXAMPLE, *WINDOW, "--method", "paper", "--n-boot", "0", "--json"]) == 0
     curves = json.loads(capsys.readouterr().out)["curves"]
     assert all(abs(c["a"] / 0.005 - round(c["a"] / 0.005)) < 1e-9 for c in curves)
-
-
-def test_three_significant_figures():
-    assert [_sig3(v) for v in (2542.0, 11272.0, 1.234, 0.012345, 100.4)] == ["2540", "11300", "1.23", "0.0123", "100"]
 
 
 def test_a_directory_is_a_usage_error(tmp_path, capsys):
