@@ -28,11 +28,11 @@ from omegaconf import OmegaConf
 
 from components import REGISTRIES
 from components.registry import ConfigError, check_value_type, describe_value, shown_key
+from recipe.engines.launch import check_sharding_value
 from recipe.engines.support import check_engine
 from recipe.run_config import (
     EVAL_DRAWS,
     MODEL_DTYPES,
-    SHARDINGS,
     TASK_NAMES,
     CheckpointConfig,
     EngineConfig,
@@ -173,8 +173,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 
 
 # The string run settings with a fixed set of values (component names are checked by their registries).
-CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS, "task.name": TASK_NAMES, "model.dtype": MODEL_DTYPES,
-                                       "engine.sharding": SHARDINGS}
+# engine.sharding: a name or an accelerate config file's path (recipe.engines.launch.check_sharding_value).
+CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS, "task.name": TASK_NAMES, "model.dtype": MODEL_DTYPES}
 
 
 def check_ranges(data: Mapping[str, Any]) -> None:
@@ -183,6 +183,8 @@ def check_ranges(data: Mapping[str, Any]) -> None:
     for path, allowed in CHOICES.items():
         if path in flat and flat[path] not in allowed:
             raise ConfigError(f"{path}: got {flat[path]!r}, expected one of {', '.join(allowed)}")
+    if "engine.sharding" in flat:
+        check_sharding_value(flat["engine.sharding"])
     for path, (low, high, low_allowed) in RANGES.items():
         value = flat.get(path)
         if value is None:

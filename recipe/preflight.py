@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from components.registry import ConfigError
+from recipe.engines.launch import is_config_file
 
 # Bytes per parameter of the embedded model while it trains, all fp32: weights, gradients and AdamW's
 # two moments in the trainer (16), and the generator's copy of the weights (4).
@@ -52,6 +53,8 @@ def recipe_paths(cfg: Any) -> list[tuple[str, str]]:
     if cfg.task.name == "jsonl":
         paths += [(key, value) for key, value in (("task.train_path", cfg.task.train_path),
                                                   ("task.validation_path", cfg.task.validation_path)) if value]
+    if is_config_file(cfg.engine.sharding):
+        paths.append(("engine.sharding", cfg.engine.sharding))
     return paths
 
 
@@ -59,7 +62,9 @@ def check_files(cfg: Any) -> None:
     """model.path is a Hugging Face model directory; task files are JSONL files of prompt/answer rows."""
     for key, value in recipe_paths(cfg):
         path = Path(value)
-        if key == "model.path":
+        if key == "engine.sharding":
+            check_accelerate_config(value)
+        elif key == "model.path":
             if not (path / "config.json").is_file():
                 what = "no such directory" if not path.exists() else "not a model directory (no config.json)"
                 raise ConfigError(f"model.path: got {value!r}, {what}; give a Hugging Face model directory "
@@ -70,6 +75,36 @@ def check_files(cfg: Any) -> None:
                                   '{"prompt": ..., "answer": ...} rows')
             stat = path.stat()
             check_jsonl(str(path.resolve()), stat.st_mtime_ns, stat.st_size, key)
+
+
+def check_accelerate_config(value: str) -> None:
+    """engine.sharding's accelerate config file exists and is a YAML/JSON mapping (as `accelerate config` writes)."""
+    import yaml
+
+    fix = ("give the path of a file `accelerate config` wrote (relative to the directory jobs run in), "
+           "or fsdp, zero3, none")
+    path = Path(value)
+    if not path.is_file():
+        raise ConfigError(f"engine.sharding: got {value!r}, no such file; {fix}")
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        where = getattr(error, "problem_mark", None)
+        raise ConfigError(f"engine.sharding: {value!r} is not YAML or JSON"
+                          f"{f' (line {where.line + 1})' if where else ''}; {fix}") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"engine.sharding: {value!r} holds a {type(config).__name__}, not an accelerate config "
+                          f"(a mapping of keys such as distributed_type); {fix}")
+
+
+def check_sharding_machine(cfg: Any) -> None:
+    """engine.sharding zero3 needs DeepSpeed where the job runs (it shards over CUDA GPUs; it cannot train on CPU)."""
+    import importlib.util
+
+    if cfg.engine.sharding == "zero3" and importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError("engine.sharding: zero3 needs DeepSpeed, which is not installed where this job runs (and "
+                          "ZeRO-3 shards over CUDA GPUs, so it cannot run on a CPU-only machine); run it on a GPU "
+                          "machine with `pip install deepspeed`, or set engine.sharding fsdp or none")
 
 
 @functools.lru_cache(maxsize=64)
@@ -89,4 +124,5 @@ def check_jsonl(path: str, mtime_ns: int, size: int, key: str) -> None:
 def check_can_run(cfg: Any, available: int | None = None, where: str = "this machine") -> None:
     """Every check of this module, for a job about to run on this machine."""
     check_files(cfg)
+    check_sharding_machine(cfg)
     check_memory(cfg, machine_memory_bytes() if available is None else available, where)

@@ -9,7 +9,7 @@ from typing import Optional
 
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
-SHARDINGS = ("none", "fsdp")  # EngineConfig.sharding's values (recipe.engines.launch.SHARDING_FLAGS)
+SHARDINGS = ("none", "fsdp", "zero3")  # EngineConfig.sharding's names (launch.SHARDING_FLAGS), or a file path
 TASK_NAMES = ("embedded", "jsonl")  # TaskConfig.name's values (recipe.tasks.build_task)
 
 
@@ -148,8 +148,10 @@ class EngineConfig:
     num_processes: int = 1
     # trl only: None generates with transformers; "colocate" or "server" uses vLLM as TRL configures it.
     vllm_mode: Optional[str] = None
-    # trl only: "none", or "fsdp" (PyTorch FSDP2 through accelerate: parameters, gradients and optimizer
-    # state split across the job's processes; recipe/engines/launch.py). accelerate shards on GPUs only.
+    # trl only: "none"; "fsdp" (PyTorch FSDP2 through accelerate: parameters, gradients and optimizer state
+    # split across the job's processes); "zero3" (DeepSpeed ZeRO-3 through accelerate; needs deepspeed); or
+    # the path of an accelerate config file (.yaml/.json, passed as --config_file; relative paths from the
+    # directory jobs run in). recipe/engines/launch.py. accelerate shards on GPUs only.
     sharding: str = "none"
 
 
