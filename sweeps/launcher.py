@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from sweeps.slurm_options import submitit_parameters
 from sweeps.spec import SweepSpec
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
@@ -79,6 +80,7 @@ class Launcher:
                 parameters["slurm_account"] = slurm.account
             if slurm.qos:
                 parameters["slurm_qos"] = slurm.qos
+            parameters.update(submitit_parameters(slurm))  # nodes, constraint, gres, exclude, setup, sbatch extras
             self.executor.update_parameters(**parameters)
             self.parallelism = slurm.array_parallelism
             self.threads = slurm.cpus_per_task

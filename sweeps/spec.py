@@ -29,6 +29,7 @@ from typing import Any, Dict, Literal, Optional, Tuple
 from components.registry import ConfigError, describe_value, shown_key
 from recipe.config import (MAX_SEED, build_dataclass, check_no_interpolation, check_section, load_config_file,
                            read_yaml)
+from sweeps.slurm_options import check_slurm_options
 
 # Compute axes a run records at every evaluation point (recipe/compute accounting).
 COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens")
@@ -84,6 +85,19 @@ class SlurmExecutorSpec:
     # its last checkpoint, at most max_requeues times.
     signal_delay_s: int = 120
     max_requeues: int = 20
+    # Nodes a job spans: > 1 for engine trl only, one accelerate launcher per node, engine.num_processes (all
+    # nodes' processes together) split evenly. tasks_per_node stays 1: that launcher starts its node's processes.
+    nodes: int = 1
+    tasks_per_node: int = 1
+    # hydra's submitit launcher's escape hatches (sweeps/slurm_options.py): node features (--constraint,
+    # e.g. "a100&ib"), generic resources (--gres, e.g. "gpu:a100:8"), nodes never to use (--exclude, e.g.
+    # "node[07-08]"), shell lines the batch script runs before the job (module load, source venv/bin/activate),
+    # and any other sbatch option ({mail-type: END, reservation: mine}).
+    constraint: Optional[str] = None
+    gres: Optional[str] = None
+    exclude: Optional[str] = None
+    setup: Tuple[str, ...] = ()
+    additional_parameters: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,6 +223,7 @@ def check_executor(executor: ExecutorSpec) -> None:
         minimum = 0 if key in ("gpus_per_node", "max_requeues") else 1
         if getattr(slurm, key) < minimum:
             raise ConfigError(f"executor.slurm.{key}: got {getattr(slurm, key)}, expected >= {minimum}")
+    check_slurm_options(slurm)
     if slurm.signal_delay_s >= slurm.time_minutes * 60:
         raise ConfigError(f"executor.slurm.signal_delay_s: got {slurm.signal_delay_s}, expected < time_minutes * 60 "
                           f"({slurm.time_minutes * 60}): the requeue signal would arrive as the job starts")
