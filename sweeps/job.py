@@ -5,6 +5,10 @@ or in-process). It pins torch to its share of the cores, takes the run directory
 launches of one job can never write the same run), trains or resumes, and writes done.json once an
 evaluation at or past the target is recorded. On SLURM, submitit calls `checkpoint` when the job
 hits its time limit or is preempted: the job is requeued and resumes from its last checkpoint.
+
+A job of several SLURM nodes (executor.slurm.nodes, engine trl) runs one task per node: node 0's is the
+job above (its launcher is accelerate's machine 0: recipe.engines.launch), every other node's only
+starts that node's accelerate processes (`follow_main_node`) and stops them once the run is done.
 """
 
 from __future__ import annotations
@@ -46,8 +50,13 @@ class TrainingJob:
 
         from recipe.engines import train
 
+        from recipe.engines.launch import slurm_machines
+
         torch.set_num_threads(self.threads)
         run_dir = Path(self.run_dir)
+        machines = slurm_machines()
+        if machines is not None and machines.count > 1 and machines.rank != "0":
+            return follow_main_node(self.recipe, run_dir, machines)
         with RunLock(run_dir):
             if is_done(run_dir):
                 return json_summary(run_dir)
@@ -86,6 +95,45 @@ class TrainingJob:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+# How long a follower node waits for node 0 to write the run's config.yaml, and how often it looks at the run.
+CONFIG_WAIT_SECONDS, FOLLOW_POLL_SECONDS = 600.0, 2.0
+
+
+def follow_main_node(recipe: RecipeConfig, run_dir: Path, machines: Any) -> dict[str, Any]:
+    """A node other than 0: run its share of the accelerate processes until they exit or the run is done.
+
+    Node 0's task owns the run (its lock, metrics, done.json) and decides the job's result; this one's
+    returned dict only reports (its exit code is in the node's launch log). Node 0 stops its own processes
+    at the target; these see done.json and stop too, rather than wait out a collective's timeout. A failure
+    of node 0 ends the step on every node (srun --kill-on-bad-exit, sweeps/slurm_options.py).
+    """
+    import os
+    import signal
+    import subprocess
+
+    from recipe.engines.launch import launch_command
+    from recipe.engines.trl import LAUNCHED_ENV
+
+    deadline = time.time() + CONFIG_WAIT_SECONDS
+    while not (run_dir / "config.yaml").is_file():  # written by node 0 before it launches
+        if time.time() > deadline:
+            raise RuntimeError(f"{run_dir}: node 0 wrote no config.yaml in {CONFIG_WAIT_SECONDS:g} s; see its log")
+        time.sleep(FOLLOW_POLL_SECONDS)
+    engine = recipe.engine
+    command = launch_command(run_dir, engine.num_processes, engine.sharding, recipe.model.dtype, machines=machines)
+    with open(run_dir / f"launch-node{machines.rank}.log", "ab") as log:
+        process = subprocess.Popen(command, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
+                                   env={**os.environ, LAUNCHED_ENV: "1"})
+    try:
+        while process.poll() is None and not is_done(run_dir):
+            time.sleep(FOLLOW_POLL_SECONDS)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+    return {"node": machines.rank, "returncode": process.returncode}
 
 
 def json_summary(run_dir: Path) -> dict[str, Any]:

@@ -9,6 +9,7 @@ config), so planning the same spec twice gives the same ids and the same directo
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from components import REGISTRIES
 from components.registry import ConfigError, shown_key
 from recipe.config import RecipeConfig, compose_data, compose_recipe, flatten_config, run_id, to_dict
-from recipe.engines.launch import is_launched, launch_command
+from recipe.engines.launch import Machines, accelerate_config, is_launched, launch_command, planned_machines
 from sweeps.spec import SweepSpec, base_source, output_dir
 
 BASE = "base"
@@ -173,7 +174,7 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
     memory is the node's: the notes name what only the job can check (and memory is checked against
     executor.slurm.mem_gb where it is set).
     """
-    from recipe.preflight import check_files, check_memory, machine_memory_bytes, recipe_paths
+    from recipe.preflight import check_files, check_memory, check_sharding_machine, machine_memory_bytes, recipe_paths
 
     notes, seen = [], set()
     for job in jobs:
@@ -187,6 +188,7 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
         parallel = spec.executor.local.max_parallel if spec.executor.name == "local" else 1
         check_memory(job.recipe, machine_memory_bytes() // parallel,
                      f"this machine's memory / executor.local.max_parallel ({parallel})")
+        check_sharding_machine(job.recipe)
         paths = tuple(recipe_paths(job.recipe))
         if paths not in seen:
             seen.add(paths)
@@ -205,22 +207,45 @@ def check_engines(spec: SweepSpec, jobs: list[Job]) -> None:
 
 
 def check_gpus(spec: SweepSpec, job: Job) -> None:
-    """A launched trl job on SLURM (several processes, or a sharded model) needs a GPU per process on its node."""
-    engine = job.recipe.engine
-    gpus = spec.executor.slurm.gpus_per_node
-    if spec.executor.name == "slurm" and is_launched(engine.num_processes, engine.sharding) \
-            and engine.num_processes > gpus:
+    """A SLURM job's nodes hold its launched trl processes: engine.num_processes split evenly over
+    executor.slurm.nodes (only engine trl spans nodes), a GPU per process on each node (or, with
+    gpus_per_node 0, a CPU core per gloo rank; sharding needs GPUs)."""
+    if spec.executor.name != "slurm":
+        return
+    engine, slurm = job.recipe.engine, spec.executor.slurm
+    if slurm.nodes > 1 and engine.name != "trl":
+        raise ConfigError(f"executor.slurm.nodes: got {slurm.nodes}, but job {job.variant} runs engine {engine.name} "
+                          "(one process per role, on one node); set nodes: 1, or engine.name trl")
+    if engine.num_processes % slurm.nodes:
+        raise ConfigError(f"executor.slurm.nodes: got {slurm.nodes}, but job {job.variant} runs engine.num_processes "
+                          f"{engine.num_processes}, which does not split evenly over them; set engine.num_processes to "
+                          f"a multiple of nodes (it counts the processes of all nodes together)")
+    if not is_launched(engine.num_processes, engine.sharding):
+        return
+    per_node = engine.num_processes // slurm.nodes
+    gpus = slurm.gpus_per_node
+    if per_node > gpus and (gpus or engine.sharding != "none"):
         why = "one GPU each" if engine.sharding == "none" else f"one GPU each: engine.sharding {engine.sharding}"
+        on = f" on each of {slurm.nodes} nodes" if slurm.nodes > 1 else ""
         raise ConfigError(f"executor.slurm.gpus_per_node: got {gpus}, but job {job.variant} runs engine.num_processes "
-                          f"{engine.num_processes} ({why}); set gpus_per_node: {engine.num_processes} or lower "
+                          f"{engine.num_processes} ({why}){on}; set gpus_per_node: {per_node} or lower "
                           "engine.num_processes")
+    if not gpus and per_node > slurm.cpus_per_task:
+        raise ConfigError(f"executor.slurm.cpus_per_task: got {slurm.cpus_per_task}, but job {job.variant} runs "
+                          f"{per_node} CPU (gloo) processes a node with gpus_per_node 0; set cpus_per_task: {per_node}")
 
 
-def launch_line(job: Job) -> str:
-    """What a job runs on its node: in-process, or the accelerate command of a multi-process trl job."""
+def launch_line(spec: SweepSpec, job: Job) -> str:
+    """What a job runs on its node(s): in-process, or the accelerate command of a multi-process trl job
+    (on SLURM, with its machines as each node's launcher fills them in), and the accelerate config it amounts to."""
     engine = job.recipe.engine
     if engine.name == "trl" and is_launched(engine.num_processes, engine.sharding):
-        return " ".join(launch_command(job.run_dir, engine.num_processes, engine.sharding, job.recipe.model.dtype))
+        machines = planned_machines(spec.executor.slurm.nodes) if spec.executor.name == "slurm" else None
+        command = launch_command(job.run_dir, engine.num_processes, engine.sharding, job.recipe.model.dtype,
+                                 machines=machines)
+        config = accelerate_config(engine.num_processes, engine.sharding, job.recipe.model.dtype,
+                                   machines or Machines(1, "0", "", "<free port>"))
+        return " ".join(command) + "\n  accelerate config: " + json.dumps(config)
     return f"in the job's process (engine {engine.name})"
 
 
@@ -252,7 +277,8 @@ def resources(spec: SweepSpec, job: Job) -> str:
     if executor.name == "slurm":
         slurm = executor.slurm
         gpus = f", {slurm.gpus_per_node} gpu" if slurm.gpus_per_node else ""
-        return f"{slurm.cpus_per_task} cpu{gpus}, {slurm.time_minutes} min{split}"
+        nodes = f"{slurm.nodes} nodes x " if slurm.nodes > 1 else ""
+        return f"{nodes}{slurm.cpus_per_task} cpu{gpus}, {slurm.time_minutes} min{split}"
     if executor.name == "local":
         cores = executor.local.cores_per_job
         return f"{cores} core{'s' if cores > 1 else ''}{split}"
@@ -298,6 +324,11 @@ def format_plan(spec: SweepSpec, jobs: list[Job], verbose: bool = False, notes: 
     lines.extend(scan_lines(jobs))
     lines.extend(notes)
     if verbose:
+        if spec.executor.name == "slurm":
+            from sweeps.slurm_options import batch_script_lines
+
+            lines += ["", "each job's batch script (sbatch options; setup lines, run before the job):"]
+            lines += [f"  {line}" for line in batch_script_lines(spec)]
         lines.append("")
-        lines.extend(f"{job.run_id}: {launch_line(job)}" for job in jobs)
+        lines.extend(f"{job.run_id}: {launch_line(spec, job)}" for job in jobs)
     return "\n".join(lines) + "\n"

@@ -149,9 +149,14 @@ def test_plan_verbose_shows_the_accelerate_command_of_a_multi_gpu_trl_job():
     planned = spec(overrides=overrides, executor={"name": "slurm", "slurm": {"gpus_per_node": 4}})
     jobs = plan_sweep(planned)
     text = format_plan(planned, jobs, verbose=True)
-    assert f"{jobs[0].run_id}: {sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes 4 --num_machines 1 " \
+    # A SLURM job's launch names its machines as the node's launcher fills them in (recipe.engines.launch).
+    assert f"{jobs[0].run_id}: {sys.executable} -m accelerate.commands.launch --multi_gpu --num_processes 4 " \
+           "--num_machines 1 --machine_rank $SLURM_NODEID --main_process_ip <first host of SLURM_JOB_NODELIST> " \
            "--main_process_port <free port> --mixed_precision no --dynamo_backend no -m recipe.engines.trl " \
-           f"{jobs[0].run_dir}" in text
+           f"{jobs[0].run_dir}\n  accelerate config: " in text
+    local = spec(overrides=overrides, executor={"name": "local", "local": {"cores_per_job": 4}})
+    assert f"--num_processes 4 --num_machines 1 --main_process_port <free port> --mixed_precision no" \
+           in format_plan(local, plan_sweep(local), verbose=True)
     sharded = spec(overrides={**overrides, "engine": {"name": "trl", "num_processes": 1, "sharding": "fsdp"}},
                    executor={"name": "slurm", "slurm": {"gpus_per_node": 0}})
     with pytest.raises(ConfigError, match=r"gpus_per_node: got 0, .* \(one GPU each: engine\.sharding fsdp\)"):
