@@ -60,7 +60,7 @@ def run_study(spec, label: str) -> dict:
 
 def interval_misses(spec, study_dir: Path, trials: list[dict], horizons: list[float]) -> dict:
     """Cases (trial, horizon): the pruner's interval from the curve cut at horizon x fit_at vs the trial's objective."""
-    from components.pruning import PRUNERS
+    from sweeps.pruning import PRUNERS
     from fitting import FitInputError
     from sweeps.trials import curve_points, read_records
     from sweeps.tune import estimate_objective, interval_settings

@@ -37,11 +37,11 @@ from typing import Any, Optional, TextIO
 
 from omegaconf import OmegaConf
 
-from components.pruning import PRUNERS, CurveEstimate, Pruner
 from recipe.config import run_id as recipe_run_id
 from sweeps.job import TrainingJob
 from sweeps.planner import Job, check_cores
 from sweeps.progress import format_duration
+from sweeps.pruning import PRUNERS, CurveEstimate, Pruner
 from sweeps.runner import Display, machine_description, sweep_job_recipe
 from sweeps.spec import base_source, output_dir
 from sweeps.state import is_done, is_locked, read_state, stop_run, write_json_atomic, write_state

@@ -50,9 +50,9 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from omegaconf import OmegaConf
 
-from components.pruning import PRUNERS
 from components.registry import ConfigError, describe_value
 from recipe.config import AXES, RecipeConfig, check_section, compose_recipe, flatten_config, to_dict
+from sweeps.pruning import PRUNERS
 from sweeps.spec import (BudgetSpec, ExecutorSpec, TrackingSpec, base_source, check_budget, check_executor,
                          check_mlflow_uri, check_name, read_spec_file, with_root)
 

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from sweeps.pruning import PRUNERS, CurveEstimate
 from components.registry import ConfigError
 from fitting import bootstrap_fit, fit_sigmoid, sigmoid_curve
+from sweeps.pruning import PRUNERS, CurveEstimate
 
 FIT_AT, TARGET = 100.0, 200.0
 

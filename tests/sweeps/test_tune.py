@@ -12,9 +12,9 @@ import optuna
 import pytest
 import yaml
 
-from components.pruning import PRUNERS, Pruner
 from recipe.config import parse_overrides
 from sweeps.cli import main
+from sweeps.pruning import PRUNERS, Pruner
 from sweeps.state import is_locked
 from tests.conftest import tiny_override_list
 
@@ -282,7 +282,7 @@ def test_a_curve_that_has_not_bent_yet_is_never_bounded():
     # a late bloomer seen at half its fit window (C_mid 120, seen up to 75): the fit cannot tell where it
     # ends, so its interval is the whole range and no best trial can prune it (the BENCHMARKS.md trial that
     # was pruned at an upper bound of 0.569 and ended at 0.782)
-    from components.pruning import CurveEstimate, PRUNERS
+    from sweeps.pruning import CurveEstimate, PRUNERS
     from sweeps.tune import estimate_objective
 
     estimate = estimate_objective(_objective_spec(), _points(75, c_mid=120.0), level=0.9, n_boot=40, run_sd=0.04)
@@ -308,8 +308,8 @@ def test_run_to_run_noise_widens_the_bootstrap_interval():
 
 
 def test_the_pruner_takes_a_run_sd():
-    from components.pruning import PRUNERS
     from components.registry import ConfigError
+    from sweeps.pruning import PRUNERS
 
     assert PRUNERS.build({"name": "sigmoid_bound"}).run_sd == 0.04
     assert PRUNERS.build({"name": "sigmoid_bound", "run_sd": 0.0}).run_sd == 0.0
