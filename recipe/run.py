@@ -19,6 +19,14 @@ import numpy as np
 import torch
 
 from components import REGISTRIES
+from components.advantages import AdvantageNormalization
+from components.aggregation import LossAggregation
+from components.curricula import Curriculum
+from components.filters import BatchFilter
+from components.length_control import LengthControl
+from components.losses import PolicyLoss
+from components.off_policy import OffPolicyMode
+from components.precision import HeadPrecision
 from recipe.advantages import filter_and_normalize
 from recipe.checkpoint import load_checkpoint, save_checkpoint
 from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
@@ -34,14 +42,16 @@ from recipe.warm_start import warm_start_dir
 
 @dataclass
 class Components:
-    loss: object
-    aggregation: object
-    advantage_norm: object
-    batch_filter: object
-    curriculum: object
-    length_control: object
-    off_policy: object
-    precision: object
+    """One built component per ablation axis, typed by the axis's base class (its registry's `base`)."""
+
+    loss: PolicyLoss
+    aggregation: LossAggregation
+    advantage_norm: AdvantageNormalization
+    batch_filter: BatchFilter
+    curriculum: Curriculum
+    length_control: LengthControl
+    off_policy: OffPolicyMode
+    precision: HeadPrecision
 
 
 def build_components(cfg: RecipeConfig) -> Components:
