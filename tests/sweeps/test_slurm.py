@@ -148,3 +148,69 @@ def test_scancel_then_sweep_run_resumes_from_the_checkpoint(tmp_path, slurm_clus
     assert main(["run", str(spec)]) == 0
     for steps in curves(out).values():
         assert [step for step, _, _ in steps] == list(range(0, steps[-1][0] + 1, 2))
+
+
+TRL_SPEC = """\
+name: trl-slurm
+seeds: [0]
+overrides:
+  max_steps: 2000
+{overrides}  engine: {{name: trl, num_processes: 2}}
+  aggregation: token_mean
+  curriculum: uniform
+  length_control: none
+budget: {{unit: samples, fit_at: 32, target: 64}}
+executor:
+  name: slurm
+  slurm:
+    cpus_per_task: 2
+    time_minutes: 10
+    nodes: 1
+    tasks_per_node: 1
+    setup: ['echo "$SLURM_JOB_ID $(hostname -s)" > {marker}']
+    additional_parameters: {{comment: scalerl-cluster-options}}
+output_dir: {out}
+"""
+
+
+def test_a_trl_job_of_two_processes_runs_through_the_slurm_launch_path_with_setup_lines_and_extra_options(
+        tmp_path, slurm_cluster):
+    """One node of the cluster: the batch script holds every line `sweep plan --verbose` shows, the setup line
+    runs before the job, the extra sbatch option reaches SLURM, and the trl job trains under accelerate with the
+    machines read from SLURM's environment (the multi-node path, with one node)."""
+    import functools
+
+    from recipe.engines.launch import launch_command
+    from recipe.tracking import read_metrics
+    from sweeps.job import TrainingJob
+    from sweeps.launcher import Launcher
+    from sweeps.planner import plan_sweep
+    from sweeps.runner import sweep_job_recipe
+    from sweeps.slurm_options import batch_script_lines
+    from sweeps.spec import load_spec
+    from tests.recipe.test_launch import parsed
+
+    out, marker = tmp_path / "out", tmp_path / "setup-ran"
+    path = tmp_path / "trl.yaml"
+    path.write_text(TRL_SPEC.format(overrides=TINY_JOB_OVERRIDES, marker=marker, out=out))
+    spec = load_spec(path)
+    [job] = plan_sweep(spec)
+    launcher = Launcher(spec, out / "logs")
+    training = TrainingJob(sweep_job_recipe(job), str(job.run_dir), spec.budget.unit, spec.budget.target,
+                           launcher.threads)
+    probe = functools.partial(launch_command, "/runs/a", 2, port=12345)  # what the job's launch sees of SLURM
+    handle, probe_handle = launcher.submit([training, probe])
+    summary = handle.result()
+    assert summary["compute/samples"] >= 64, summary
+    assert {record["engine/processes"] for record in read_metrics(job.run_dir)} == {2}
+    job_id, host = marker.read_text().split()  # written by the setup line, in the batch script, before srun
+    assert job_id.isdigit() and host
+    args = parsed(probe_handle.result())
+    assert (args.num_machines, args.machine_rank, args.main_process_ip, args.main_process_port) == (1, 0, host, 12345)
+    [script] = (out / "logs").glob("*_submission.sh")
+    lines = script.read_text().splitlines()
+    for line in batch_script_lines(spec):
+        assert line in lines, line
+    comment = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%k", f"--jobs={handle.job_id}"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+    assert comment == "scalerl-cluster-options"
