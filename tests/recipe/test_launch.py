@@ -28,7 +28,8 @@ def test_zero3_passes_deepspeed_zero_stage_3_to_accelerate_and_the_printed_confi
     assert args.offload_optimizer_device == "none" and args.offload_param_device == "none"
     assert args.zero3_save_16bit_model == "true" and args.deepspeed_multinode_launcher == "standard"
     assert not args.multi_gpu and not args.use_fsdp  # accelerate refuses --multi_gpu beside a sharding backend
-    assert (args.num_processes, args.num_machines, args.main_process_port, args.mixed_precision) == (8, 1, 29555, "bf16")
+    assert (args.num_processes, args.num_machines, args.main_process_port, args.mixed_precision) == \
+        (8, 1, 29555, "bf16")
     config = accelerate_config(8, "zero3", "bfloat16", Machines(1, "0", "", "29555"))
     assert config["distributed_type"] == "DEEPSPEED"
     assert {key: str(value).lower() for key, value in config["deepspeed_config"].items()} == {
@@ -94,7 +95,8 @@ def slurm_environment(monkeypatch, nodes: int, node: int) -> None:
     """What SLURM and submitit set in a job's task (submitit's batch script exports SUBMITIT_EXECUTOR=slurm)."""
     for key, value in {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "4242", "SLURM_JOB_NUM_NODES": str(nodes),
                        "SLURM_NODEID": str(node), "SLURM_PROCID": str(node), "SLURM_LOCALID": "0",
-                       "SLURM_NTASKS": str(nodes), "SLURM_JOB_NODELIST": "gpu[03-04]" if nodes > 1 else "gpu03"}.items():
+                       "SLURM_NTASKS": str(nodes),
+                       "SLURM_JOB_NODELIST": "gpu[03-04]" if nodes > 1 else "gpu03"}.items():
         monkeypatch.setenv(key, value)
 
 
@@ -112,8 +114,31 @@ def test_each_node_of_a_slurm_job_names_the_same_main_host_and_port_and_its_own_
 def test_a_one_node_slurm_job_keeps_its_free_port_and_outside_slurm_there_are_no_machines(monkeypatch):
     slurm_environment(monkeypatch, 1, 0)
     args = parsed(launch_command("/runs/a", 2, port=29555))
-    assert (args.num_machines, args.machine_rank, args.main_process_ip, args.main_process_port) == (1, 0, "gpu03", 29555)
+    assert (args.num_machines, args.machine_rank, args.main_process_ip, args.main_process_port) == \
+        (1, 0, "gpu03", 29555)
     monkeypatch.delenv("SUBMITIT_EXECUTOR")
     assert slurm_machines(29555) is None
     args = parsed(launch_command("/runs/a", 2, port=29555))
     assert (args.num_machines, args.machine_rank, args.main_process_ip) == (1, None, None)
+
+
+def test_a_follower_node_starts_its_launcher_and_stops_it_once_node_0_marks_the_run_done(tmp_path, monkeypatch):
+    """Node 1 of a 2-node job (sweeps/job.py): waits for node 0's config.yaml, launches its machine rank (which
+    waits for a main host that never comes here), and stops its processes when done.json appears."""
+    import threading
+    import time
+
+    import sweeps.job as job_module
+    from recipe.config import to_dict
+    from sweeps.state import mark_done
+
+    monkeypatch.setattr(job_module, "FOLLOW_POLL_SECONDS", 0.2)
+    cfg = load_recipe(None, [*TRL_BASE, "engine.num_processes=2"])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text(str(to_dict(cfg)))  # only its presence matters before the rendezvous
+    threading.Timer(3.0, mark_done, (run_dir, {"step": 0})).start()
+    started = time.time()
+    result = job_module.follow_main_node(cfg, run_dir, Machines(2, "1", "127.0.0.1", "20999"))
+    assert result == {"node": "1", "returncode": result["returncode"]} and result["returncode"] != 0
+    assert 3.0 <= time.time() - started < 30 and (run_dir / "launch-node1.log").is_file()
