@@ -95,6 +95,13 @@ TRL_ENGINE_ROWS = (
      f"{CPU_TEST} (2 gloo ranks, kill -9 of one, resume); {NOT_VERIFIED} on GPUs"),
     ("engine.sharding fsdp", "PyTorch FSDP2 through accelerate (GPUs only; refused on CPU)",
      f"{CPU_TEST} (accelerate forced to shard a gloo group); the H200 run failed, cause not captured"),
+    ("engine.sharding zero3", "DeepSpeed ZeRO-3 through accelerate (GPUs with deepspeed; refused where it is missing)",
+     f"{NOT_VERIFIED} (launch flags checked by accelerate's parser; deepspeed cannot be installed on the CPU machine)"),
+    ("engine.sharding <file>", "an accelerate config file (`accelerate config`), passed as --config_file",
+     f"{NOT_VERIFIED} (checked to exist and parse)"),
+    ("executor.slurm.nodes > 1", "one accelerate launcher per node: --machine_rank SLURM_NODEID, main host the "
+     "first of SLURM_JOB_NODELIST, port derived from SLURM_JOB_ID",
+     f"{CPU_TEST} (a 1-node SLURM job through the same path); {NOT_VERIFIED} on several nodes"),
     ("engine.vllm_mode", "TRL's vLLM generation, colocate or server", NOT_VERIFIED),
 )
 
