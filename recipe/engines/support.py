@@ -42,6 +42,9 @@ AGGREGATION_HOW = ("our aggregation's weights over the whole minibatch (every ra
                    "ScaleRLGRPOTrainer._compute_loss; exact for off_policy k 1, in expectation over TRL's "
                    "shuffle for k > 1 (as TRL's own token mean)")
 
+CURRICULUM_HOW = ("our curriculum component picks each generation batch's prompts (ScaleRLGRPOTrainer."
+                  "curriculum_inputs): the native engine's draws, from every earlier batch's pass rates")
+
 # (axis, choice) -> how the trl engine runs it. The native engine runs every registered choice.
 TRL_SUPPORT: dict[tuple[str, str], Support] = {
     ("loss", "cispo"): emulated("our loss component, called by ScaleRLGRPOTrainer._compute_loss on TRL's logprobs"),
@@ -57,13 +60,14 @@ TRL_SUPPORT: dict[tuple[str, str], Support] = {
     ("batch_filter", "zero_variance"): emulated("a filtered group's loss mask is zeroed: no gradient, and the "
                                                 "aggregation's weights count only kept rows, as native"),
     ("batch_filter", "none"): config("TRL's default: zero-variance groups stay, with advantage 0"),
-    ("curriculum", "uniform"): config("TRL's sampler: every prompt once per epoch, shuffled by the seed"),
-    ("curriculum", "no_positive_resampling"): refused("TRL's sampler takes no feedback from pass rates; use "
-                                                      "curriculum uniform, or engine native"),
+    ("curriculum", "uniform"): emulated(CURRICULUM_HOW),
+    ("curriculum", "no_positive_resampling"): emulated(CURRICULUM_HOW + "; the retired set is saved in TRL's "
+                                                      "checkpoints"),
     ("length_control", "none"): config("max_completion_length = rollout.max_new_tokens; a cut sample scores wrong"),
     ("length_control", "length_penalty"): emulated("the DAPO overlong penalty added in our reward function"),
-    ("length_control", "interruption"): refused("TRL's generation cannot force the interruption phrase mid-sequence; "
-                                                "use length_control length_penalty or none, or engine native"),
+    ("length_control", "interruption"): emulated("interrupting_rollout at TRL's rollout_func: TRL's generation "
+                                                 "to the thinking budget, the phrase forced (env_mask 0), then the "
+                                                 "answer budget"),
     ("off_policy", "ppo_off_policy"): config("steps_per_generation = k optimizer steps per generation "
                                              "(old logprobs recomputed by TRL at generation time)"),
     ("off_policy", "pipeline_rl"): refused("TRL generates and trains in turns, never in flight; use off_policy "
@@ -84,8 +88,9 @@ TRL_VERIFIED: dict[tuple[str, str], str] = {
     **{("aggregation", name): CPU_TEST for name in ("prompt_mean", "sample_mean", "token_mean")},
     **{("advantage_norm", name): CPU_TEST for name in ("batch", "prompt", "none")},
     ("batch_filter", "zero_variance"): CPU_TEST, ("batch_filter", "none"): CPU_TEST,
-    ("curriculum", "uniform"): CPU_TEST,
+    ("curriculum", "uniform"): CPU_TEST, ("curriculum", "no_positive_resampling"): CPU_TEST,
     ("length_control", "length_penalty"): CPU_TEST, ("length_control", "none"): CPU_TEST,
+    ("length_control", "interruption"): CPU_TEST,
     ("off_policy", "ppo_off_policy"): CPU_TEST,
     ("precision", "lm_head"): f"{CPU_TEST}; {GPU_RUN} (fp32 head, bf16 body, H200)",
 }

@@ -8,10 +8,14 @@ GRPOConfig, one setting per line; recipe/engines/support.py is the table of what
 emulate and what is refused. What we add at TRL's extension points, so a curve from this engine reads like a native one:
 - the reward function: the task's checker (+1 / -1, a sample cut without <eos> is wrong) shaped by
   length control, as recipe.run.sample_groups does;
-- `_generate_and_score_completions`: the advantages are recomputed from the same rewards by our
+- `_generate_and_score_completions`: each generation batch's prompts are drawn by our curriculum
+  component (as the native engine draws them; No-Positive-Resampling's retired set is in our checkpoint
+  state) and its pass rates fed back to it; the advantages are recomputed from the same rewards by our
   advantage_norm and batch_filter components (a dropped group's loss mask is zeroed), the
   aggregation's row weights are computed over the whole batch, and the generation's wall-clock, CPU
   time and token counts (every rank's) are recorded;
+- rollout_func (length_control interruption only): `interrupting_rollout` forces the interruption phrase
+  on TRL's own generation path (transformers or vLLM) in two phases, the phrase's tokens masked out;
 - `_compute_loss`: the policy loss is our loss component's, aggregated by those weights: the native
   trainer's math on TRL's logprobs (a test holds the two equal on a fixed batch);
 - a callback: at the native engine's evaluation steps (once TRL has logged the step) it runs
@@ -40,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
@@ -51,7 +56,7 @@ from recipe.engines.launch import free_port, is_launched, launch_command
 from recipe.model import load_model_dir
 from recipe.run import (Averager, build_components, devices_held, evaluation_kwargs, model_directory,
                         prepare_run_dir, rollout_metrics)
-from recipe.tasks import build_task
+from recipe.tasks import THINK_CLOSE, build_task
 from recipe.tracking import Tracker, read_metrics
 
 STATE_NAME = "scalerl_state.json"  # our part of a TRL checkpoint
@@ -176,13 +181,115 @@ class RecipeRewards:
         self.eos = tokenizer.eos_token_id
         self.last: dict[str, torch.Tensor] = {}
 
-    def __call__(self, prompts, completions, completion_ids, answer, **_) -> list[float]:
-        lengths = torch.tensor([len(ids) for ids in completion_ids])
+    def __call__(self, prompts, completions, completion_ids, answer, interrupted=None, **_) -> list[float]:
+        """interrupted: per sample, whether the interruption phrase was forced in (interrupting_rollout's field)."""
+        lengths = torch.tensor([len(ids) for ids in completion_ids])  # forced phrase tokens included, as native
         ended = torch.tensor([len(ids) > 0 and ids[-1] == self.eos for ids in completion_ids])
         correct = torch.tensor([self.task.check(text, truth) for text, truth in zip(completions, answer)]) & ended
         rewards = self.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), lengths, correct)
-        self.last = {"rewards": rewards, "correct": correct, "lengths": lengths, "ended": ended}
+        interrupted = torch.tensor([bool(flag) for flag in interrupted]) if interrupted is not None \
+            else torch.zeros(len(lengths), dtype=torch.bool)
+        self.last = {"rewards": rewards, "correct": correct, "lengths": lengths, "ended": ended,
+                     "interrupted": interrupted}
         return rewards.tolist()
+
+
+def interruption_point(ids: list[int], budget: int, close: list[int], eos: set[int]) -> int | None:
+    """How many tokens of a freely sampled response stay before the interruption phrase, or None.
+
+    The native generator's rule (recipe/generator.py): a sample that has sampled `budget` tokens without
+    ending (<eos>) or closing `</think>` is interrupted there. Sampling is prefix-consistent, so sampling
+    past the budget and cutting at it draws from the same distribution as stopping at it.
+    """
+    width = len(close)
+    for index, token in enumerate(ids[:budget]):
+        if token in eos or (index + 1 >= width and ids[index + 1 - width: index + 1] == close):
+            return None
+    return budget if len(ids) >= budget else None
+
+
+@contextmanager
+def completion_budget(trainer, tokens: int):
+    """TRL's generation (transformers' generation config, or the vLLM helper) limited to `tokens` new tokens."""
+    config, vllm = trainer.generation_config, getattr(trainer, "vllm_generation", None)
+    saved = config.max_new_tokens, (vllm.max_completion_length if vllm is not None else None)
+    config.max_new_tokens = tokens
+    if vllm is not None:
+        vllm.max_completion_length = tokens
+    try:
+        yield
+    finally:
+        config.max_new_tokens = saved[0]
+        if vllm is not None:
+            vllm.max_completion_length = saved[1]
+
+
+def continuations(trainer, token_lists: list[list[int]], tokens: int, filler: list[int]):
+    """TRL's generation of up to `tokens` more tokens after each token list (one sample each).
+
+    Every process must make the same generation calls (vLLM server mode gathers prompts across processes,
+    a sharded model gathers its parameters): each pads its list with `filler` to the longest, and nobody
+    calls when no process has anything to continue. The padding's samples are dropped.
+    """
+    count = len(token_lists)
+    most = count
+    if trainer.accelerator.num_processes > 1:
+        counts = trainer.accelerator.gather(torch.tensor([count], device=trainer.accelerator.device))
+        most = int(counts.max())
+    if most == 0:
+        return [], None
+    with completion_budget(trainer, tokens):
+        ids, logprobs = trainer._generate_single_turn(token_lists + [filler] * (most - count), None, {}, 1)
+    return ids[:count], (None if logprobs is None else logprobs[:count])
+
+
+def interrupting_rollout(prompts: list, trainer) -> dict:
+    """Forced interruption on TRL's own generation path (transformers or vLLM): TRL's rollout_func extension.
+
+    Phase 1 samples every row up to `max_thinking` tokens; a row that thought for its budget (drawn per
+    sample by the length control) without ending or closing `</think>` is cut there (interruption_point)
+    and gets the phrase (loss mask 0: TRL's env_mask; logprob 0), then phase 2 lets it answer for at most
+    `answer_budget` tokens. A row that closed its thinking and is still going at the end of phase 1
+    continues in the same phase-2 call up to the native limit, max(rollout.max_new_tokens, max_thinking +
+    phrase + answer_budget). Each row is then the native generator's sample, in distribution.
+    """
+    length_control = trainer.recipe_components.length_control
+    tokenizer = trainer.processing_class
+    eos = set(trainer.eos_token_ids)
+    phrase = tokenizer.encode(length_control.interruption_phrase, add_special_tokens=False)
+    close = tokenizer.encode(THINK_CLOSE, add_special_tokens=False)
+    thinking = length_control.max_thinking
+    limit = max(trainer.args.max_completion_length, thinking + len(phrase) + length_control.answer_budget)
+    prompt_ids, _, _ = trainer._tokenize_prompts(prompts)
+    with completion_budget(trainer, thinking):
+        first, first_logprobs = trainer._generate_single_turn(prompt_ids, None, {}, trainer.num_generations)
+    rng = np.random.default_rng([trainer.args.seed, trainer.state.global_step, trainer.accelerator.process_index])
+    budgets = length_control.thinking_budgets(len(prompt_ids), rng)
+    rows = []  # (completion so far, loss mask, logprobs, interrupted, tokens it may still add or 0)
+    for index, (ids, budget) in enumerate(zip(first, budgets)):
+        logprobs = list(first_logprobs[index]) if first_logprobs is not None else None
+        cut = interruption_point(ids, int(budget), close, eos)
+        if cut is None:
+            ended = len(ids) > 0 and ids[-1] in eos
+            more = 0 if ended or len(ids) < thinking else limit - len(ids)
+            rows.append((list(ids), [1] * len(ids), logprobs, False, more))
+        else:
+            logprobs = None if logprobs is None else logprobs[:cut] + [0.0] * len(phrase)
+            rows.append((list(ids[:cut]) + phrase, [1] * cut + [0] * len(phrase), logprobs, True,
+                         length_control.answer_budget))
+    going = [index for index, row in enumerate(rows) if row[4] > 0]
+    more_ids, more_logprobs = continuations(trainer, [prompt_ids[i] + rows[i][0] for i in going],
+                                            limit - thinking, prompt_ids[0])
+    for position, index in enumerate(going):
+        completion, mask, logprobs, interrupted, more = rows[index]
+        added = list(more_ids[position][:more])
+        completion, mask = completion + added, mask + [1] * len(added)
+        if logprobs is not None and more_logprobs is not None:
+            logprobs = logprobs + list(more_logprobs[position][:more])
+        rows[index] = (completion, mask, logprobs, interrupted, 0)
+    logprobs = None if first_logprobs is None else [row[2] for row in rows]
+    return {"prompt_ids": prompt_ids, "completion_ids": [row[0] for row in rows], "logprobs": logprobs,
+            "env_mask": [row[1] for row in rows], "interrupted": [row[3] for row in rows]}
 
 
 def row_weights(aggregation, token_counts: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
@@ -221,6 +328,8 @@ def make_trainer_class():
             old_logprobs = inputs.get("old_per_token_logps")
             old_logprobs = logprobs.detach() if old_logprobs is None else old_logprobs
             mask = completion_mask != 0
+            if "tool_mask" in inputs:  # forced interruption phrase tokens (env_mask 0) are not trained on
+                mask = mask & (inputs["tool_mask"] != 0)
             components = self.recipe_components
             output = components.loss(logprobs, old_logprobs, inputs["advantages"][:, None].expand_as(logprobs), mask)
             weights = inputs["recipe_row_weights"][:, None] * mask
@@ -233,8 +342,24 @@ def make_trainer_class():
                 metrics[key].append(float(value))
             return loss * self.recipe_loss_scale
 
+        def curriculum_inputs(self, local_rows: int) -> tuple[list[dict], list[int]]:
+            """This process's rows of the next generation batch, its prompts picked by our curriculum component.
+
+            The whole batch (every process's rows) is k minibatches of P prompts x G samples, drawn as the
+            native engine draws a round: `curriculum.sample(P)` k times. Drawing here, at generation time,
+            sees every earlier batch's pass rates (TRL's sampler is read a batch ahead by the data loader).
+            Every process draws the same prompts (same state, same updates) and takes its slice.
+            """
+            G, P = self.num_generations, self.recipe_prompts_per_batch
+            total = local_rows * self.accelerator.num_processes
+            prompt_ids = [i for _ in range(total // (P * G)) for i in self.recipe_curriculum.sample(P)]
+            start = self.accelerator.process_index * local_rows
+            problems = [self.recipe_task.train[prompt_ids[row // G]] for row in range(start, start + local_rows)]
+            return [{"prompt": p.prompt, "answer": p.answer} for p in problems], prompt_ids
+
         def _generate_and_score_completions(self, inputs):
             started = clocks()
+            inputs, prompt_ids = self.curriculum_inputs(len(inputs))
             output = super()._generate_and_score_completions(inputs)
             record = self.recipe_rewards.last
             G = self.num_generations
@@ -243,12 +368,15 @@ def make_trainer_class():
             group_ids = torch.arange(len(rewards)) // G
             keep, advantages = filter_and_normalize(rewards, group_ids, self.recipe_components.batch_filter,
                                                     self.recipe_components.advantage_norm)
+            correct = self.accelerator.gather(record["correct"].to(self.accelerator.device)).cpu()
+            self.recipe_curriculum.update(prompt_ids, correct.view(-1, G).float().mean(dim=1).tolist())
             local = len(record["rewards"])
             rows = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
             output["advantages"] = advantages[rows].to(output["advantages"])
             completion_mask = output["completion_mask"] * keep[rows].to(output["completion_mask"].device)[:, None]
             output["completion_mask"] = completion_mask.to(output["completion_mask"].dtype)
-            counts = self.accelerator.gather(completion_mask.sum(dim=1)).cpu()  # every rank's rows' kept tokens
+            trained = completion_mask if "tool_mask" not in output else completion_mask * output["tool_mask"]
+            counts = self.accelerator.gather(trained.sum(dim=1)).cpu()  # every rank's rows' trained tokens
             output["num_items_in_batch"] = counts.sum().to(output["completion_mask"].device)
             # The aggregation's weights over the generation batch: the minibatch of one optimizer step when k is 1.
             weights = row_weights(self.recipe_components.aggregation, counts, group_ids)
@@ -261,9 +389,8 @@ def make_trainer_class():
             self.recipe_generation = {
                 "clock": since(started), "prompt_lengths": prompt_lengths.tolist(),
                 "lengths": lengths.tolist(), "kept": keep.tolist(),
-                # TRL cannot interrupt (support.py refuses it): no sample is ever interrupted.
                 "metrics": rollout_metrics(correct, record["rewards"], record["lengths"], ~record["ended"],
-                                           torch.zeros_like(record["ended"]), keep, G),
+                                           record["interrupted"], keep, G),
             }
             return output
 
@@ -276,11 +403,17 @@ def build_trainer(cfg: RecipeConfig, model, tokenizer, task, components, output_
     from trl import GRPOConfig
 
     rewards = RecipeRewards(task, tokenizer, components.length_control)
+    # TRL iterates this dataset, but each generation batch's prompts are our curriculum's (curriculum_inputs).
     dataset = Dataset.from_dict({"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]})
+    interrupting = components.length_control.interruption_phrase is not None
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func's warning says it is experimental
     trainer = make_trainer_class()(model=model, reward_funcs=rewards, args=GRPOConfig(**trl_arguments(cfg, output_dir,
                                                                                                         device)),
-                                   train_dataset=dataset, processing_class=tokenizer)
-    trainer.recipe_rewards, trainer.recipe_components = rewards, components
+                                   train_dataset=dataset, processing_class=tokenizer,
+                                   rollout_func=interrupting_rollout if interrupting else None)
+    trainer.recipe_rewards, trainer.recipe_components, trainer.recipe_task = rewards, components, task
+    trainer.recipe_curriculum, trainer.recipe_prompts_per_batch = components.curriculum, cfg.rollout.prompts_per_batch
+    components.curriculum.reset(len(task.train), cfg.seed)
     trainer.recipe_loss_scale = cfg.off_policy["k"] * trainer.accelerator.num_processes  # see _compute_loss
     return trainer
 
@@ -341,6 +474,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         state = json.loads((resume_from / STATE_NAME).read_text())
         meter.load_state_dict(state["compute"])
         pending.sums, pending.counts = state["pending"]
+        if "curriculum" in state:  # checkpoints written before the curriculum was ours have none
+            components.curriculum.load_state_dict(state["curriculum"])
         step0 = state["step"]
     tracker = Tracker(run_dir, cfg.tracking, to_dict(cfg), run_id(cfg), None if resume_from is None else step0) if main else None
     eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
@@ -371,6 +506,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         if main:
             record["engine/processes"] = accelerator.num_processes  # the ranks that trained (accelerate's count)
             record.update(pending.pop())
+            record.update(components.curriculum.metrics())
             record.update(meter.metrics())
             tracker.log(record)
             if on_eval is not None:
@@ -447,7 +583,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
                 folder = output_dir / f"checkpoint-{state.global_step}"
                 (folder / STATE_NAME).write_text(json.dumps({
                     "step": state.global_step, "compute": meter.state_dict(),
-                    "pending": [pending.sums, pending.counts]}))
+                    "pending": [pending.sums, pending.counts], "curriculum": components.curriculum.state_dict()}))
 
     trainer.add_callback(RecipeCallback())
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; progress is the sweep's job

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -72,8 +73,6 @@ def test_batch_shape_and_off_policy_k_map_to_generation_and_accumulation(tmp_pat
 
 @pytest.mark.parametrize("overrides, axis, fix", [
     (["off_policy=pipeline_rl"], "off_policy: pipeline_rl", "use off_policy ppo_off_policy, or engine native"),
-    (["curriculum=no_positive_resampling"], "curriculum: no_positive_resampling", "use curriculum uniform"),
-    (["length_control=interruption"], "length_control: interruption", "use length_control length_penalty or none"),
 ])
 def test_a_recipe_trl_cannot_run_fails_when_loaded_naming_the_axis_and_the_fix(overrides, axis, fix):
     with pytest.raises(ConfigError) as error:
@@ -128,8 +127,12 @@ def test_the_launch_command_runs_accelerate_by_this_interpreter_on_a_free_port()
     ["precision.fp32_head=false", "length_control={name: length_penalty, max_length: 12, cache_length: 4}"],
     ["off_policy.k=2"],
     ["aggregation=prompt_mean"],  # ScaleRL's aggregation, through our loss path inside TRL
+    # The ScaleRL base but PipelineRL: No-Positive-Resampling and the forced interruption (budgets the tiny
+    # model's thinking reaches, so samples are interrupted) through TRL.
+    ["aggregation=prompt_mean", "curriculum=no_positive_resampling", "length_control=interruption",
+     "length_control.min_thinking=4", "length_control.max_thinking=7"],
 ], ids=["cispo", "dapo", "gspo", "grpo-sample-prompt", "adv-none-filter-none", "bf16-head-length-penalty", "k2",
-        "prompt-mean"])
+        "prompt-mean", "scalerl-base"])
 def test_each_choice_trl_supports_trains_with_finite_losses_and_a_rising_pass_rate(tiny_learner_dir, tmp_path,
                                                                                     overrides):
     from tests.conftest import tiny_override_list
@@ -142,13 +145,16 @@ def test_each_choice_trl_supports_trains_with_finite_losses_and_a_rising_pass_ra
         assert math.isfinite(record["train/loss"]) and math.isfinite(record["train/grad_norm"])
         assert record["compute/device_seconds"] > 0 and record["compute/tokens"] > 0
     assert records[-1]["compute/device_seconds"] > records[1]["compute/device_seconds"]
+    if "length_control=interruption" in overrides:  # AMD EPYC: ~24% of the samples interrupted
+        assert records[-1]["rollout/interrupted_frac"] > 0.05
     # 128 evaluation samples a point: a rise of 0.08 is ~2 binomial standard deviations.
     assert records[-1]["eval/pass_rate"] >= records[0]["eval/pass_rate"] + 0.08, [r["eval/pass_rate"] for r in records]
 
 
 def test_kill_9_then_the_same_command_resumes_from_trls_checkpoint(tiny_overrides, tmp_path):
+    """The meter, the metrics and No-Positive-Resampling's retired prompts come back from TRL's checkpoint."""
     overrides = [*tiny_overrides(run_steps=12), *TRL_BASE, *LEARNS, "eval.every_steps=2", "checkpoint.every_steps=4",
-                 "engine.name=trl"]
+                 "engine.name=trl", "curriculum=no_positive_resampling", "curriculum.threshold=0.5"]
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "sweeps.cli", "train", *overrides, "--run-dir", str(run_dir), "--threads", "1"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
@@ -162,12 +168,21 @@ def test_kill_9_then_the_same_command_resumes_from_trls_checkpoint(tiny_override
     process.wait()
     killed_at = read_metrics(run_dir)[-1]["step"]
     assert 4 <= killed_at < 12, "the kill should land after the first checkpoint and before the end"
+    saved = {int(p.name.split("-")[-1]): set(json.loads((p / STATE_NAME).read_text())["curriculum"]["retired"])
+             for p in (run_dir / "trl").glob("checkpoint-*") if (p / STATE_NAME).is_file()}
+    resumed_from = max(saved)
+    assert saved[resumed_from], "no prompt retired before the kill: the test would not see the set come back"
     finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr
     records = read_metrics(run_dir)
     assert [r["step"] for r in records] == list(range(0, 13, 2))  # no gap, no duplicate
     compute = [r["compute/device_seconds"] for r in records]
     assert compute == sorted(compute) and compute[-1] > 0  # the meter came back from the checkpoint
+    # Retirement is for good: the resumed run starts from the saved set (a fresh curriculum would shrink it).
+    retired = [r["curriculum/retired_frac"] for r in records]
+    assert retired == sorted(retired), retired
+    final = json.loads((run_dir / "trl" / "checkpoint-12" / STATE_NAME).read_text())["curriculum"]["retired"]
+    assert saved[resumed_from] <= set(final)
 
 
 def test_the_readme_support_table_is_the_one_the_code_enforces():
@@ -371,3 +386,54 @@ def test_each_evaluation_record_holds_its_own_steps_training_metrics(tiny_overri
     for record in records[1:]:
         assert math.isfinite(record["train/loss"]) and math.isfinite(record["train/grad_norm"])
         assert any(key.startswith("loss/") for key in record)  # our loss component's own metrics
+
+
+def test_the_interruption_point_is_the_native_generators_rule():
+    from recipe.engines.trl import interruption_point
+
+    close, eos = [7, 8], {2}
+    assert interruption_point([5, 5, 5, 5], 3, close, eos) == 3  # thought for its budget: cut there
+    assert interruption_point([5, 7, 8, 5], 3, close, eos) is None  # closed </think> within the budget
+    assert interruption_point([5, 5, 7, 8], 3, close, eos) == 3  # closed one token too late
+    assert interruption_point([5, 2], 3, close, eos) is None  # ended within the budget
+    assert interruption_point([5, 5, 5, 2], 3, close, eos) == 3  # ended after it: the native one never got there
+
+
+def test_interruption_on_trl_gives_the_native_generators_samples_token_for_token(tiny_model_dir, tiny_overrides,
+                                                                                  tmp_path, monkeypatch):
+    """Greedy decoding, the same thinking budgets: TRL's generation path with interrupting_rollout gives the
+    native generator's responses token for token, the forced phrase masked (env_mask 0) where the native
+    loss mask is 0, and the same interrupted flags; so the rollout metrics are the native ones."""
+    import numpy as np
+    import torch
+
+    from components.length_control import InterruptionLengthControl
+    from recipe.engines.trl import build_trainer, interrupting_rollout
+    from recipe.generator import generate
+    from recipe.model import load_model_dir
+    from recipe.run import build_components
+    from recipe.tasks import build_task
+
+    cfg = load_recipe(None, tiny_overrides(*TRL_BASE, "length_control=interruption", "length_control.min_thinking=2",
+                                           "length_control.max_thinking=12", "length_control.answer_budget=4"))
+    model, tokenizer = load_model_dir(tiny_model_dir)
+    model.eval()
+    components = build_components(cfg)
+    task = build_task(cfg.task, tokenizer)
+    trainer = build_trainer(cfg, model, tokenizer, task, components, tmp_path / "trl", "cpu")
+    trainer.generation_config.do_sample = False
+    prompts = [task.train[i].prompt for i in range(8) for _ in range(2)]
+    budgets = np.array([2, 12, 3, 12, 4, 12, 5, 12, 6, 12, 2, 12, 3, 12, 4, 12])
+    monkeypatch.setattr(InterruptionLengthControl, "thinking_budgets", lambda self, n, rng: budgets[:n])
+
+    output = interrupting_rollout(prompts, trainer)
+    with torch.no_grad():
+        native = generate(model, tokenizer, prompts, precision=components.precision,
+                          length_control=components.length_control, max_new_tokens=cfg.rollout.max_new_tokens,
+                          greedy=True, numpy_rng=np.random.default_rng(0))
+    assert output["interrupted"] == native.interrupted.tolist() and any(output["interrupted"])
+    assert not all(output["interrupted"])
+    for row, (ids, mask) in enumerate(zip(output["completion_ids"], output["env_mask"])):
+        length = int(native.lengths[row])
+        assert ids == native.response_ids[row, :length].tolist(), row
+        assert mask == native.loss_mask[row, :length].long().tolist(), row
