@@ -14,7 +14,8 @@ import numpy as np
 
 from components.registry import Registry, require
 
-INTERRUPTION_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now.</think>"
+# The paper's words (ScaleRL, arXiv 2510.13786, appendix A.10), verbatim: no period before </think>.
+INTERRUPTION_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer</think>"
 
 
 class LengthControl:
@@ -38,7 +39,7 @@ class InterruptionLengthControl(LengthControl):
     """budget ~ U{min_thinking, ..., max_thinking}; at the budget append the phrase, answer <= answer_budget.
 
     Forced interruption (ScaleRL): a sample still thinking at its budget gets "Okay, time is up. Let
-    me stop thinking and formulate a final answer now.</think>" appended and then answers; rewards
+    me stop thinking and formulate a final answer</think>" appended and then answers; rewards
     are unchanged. Drawing the budget from a window keeps the model from learning one fixed cut-off.
     The defaults suit long-reasoning models (12-14k thinking tokens); small tasks set their own.
     """

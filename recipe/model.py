@@ -19,7 +19,7 @@ from components.length_control import INTERRUPTION_PHRASE
 from recipe.tasks import THINK_CLOSE, THINK_OPEN
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-PHRASE_TOKEN = INTERRUPTION_PHRASE[: -len(THINK_CLOSE)]  # "Okay, time is up. ... final answer now."
+PHRASE_TOKEN = INTERRUPTION_PHRASE[: -len(THINK_CLOSE)]  # "Okay, time is up. ... a final answer"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

@@ -53,12 +53,17 @@ def cache_root(cfg: WarmStartConfig) -> Path:
 
 
 def warm_start_key(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: TaskConfig) -> str:
-    """16 hex digits over what determines the weights (not where they are cached)."""
+    """16 hex digits over what determines the directory: the weights and the tokenizer (not where it is cached).
+
+    The interruption phrase is the tokenizer's added token (recipe.model.PHRASE_TOKEN): a directory
+    built with another phrase would encode this one character by character, so it has another key.
+    """
     data = {
         "version": WARM_START_VERSION,
         "model": {k: v for k, v in dataclasses.asdict(model_cfg).items() if k not in ("path", "dtype")},
         "warm_start": {k: v for k, v in dataclasses.asdict(warm_cfg).items() if k not in NOT_IN_KEY},
         "digits": [task_cfg.min_digits, task_cfg.max_digits],
+        "interruption_phrase": INTERRUPTION_PHRASE,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

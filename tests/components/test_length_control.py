@@ -31,7 +31,8 @@ def test_interruption_budgets_come_from_the_window_and_rewards_are_unchanged():
     assert set(budgets.tolist()) == {10, 11, 12}  # both ends of the window are reachable
     assert control.answer_budget == 4
     assert control.interruption_phrase == INTERRUPTION_PHRASE
-    assert INTERRUPTION_PHRASE.startswith("Okay, time is up.") and INTERRUPTION_PHRASE.endswith("</think>")
+    # ScaleRL (arXiv 2510.13786) appendix A.10, word for word
+    assert INTERRUPTION_PHRASE == "Okay, time is up. Let me stop thinking and formulate a final answer</think>"
     rewards = torch.tensor([1.0, -1.0])
     assert torch.equal(control.shape_rewards(rewards, torch.tensor([3, 99]), torch.tensor([True, False])), rewards)
 

@@ -100,10 +100,20 @@ def test_run_id_depends_on_what_is_computed_only():
     assert run_id(load_recipe(overrides=["eval.draws=per_point"])) != base
 
 
+# The phrase of the runs before the base recipe took the paper's (issue 39); their ids hashed it.
+EARLIER_PHRASE = "length_control.phrase=Okay, time is up. Let me stop thinking and formulate a final answer now.</think>"
+
+
 def test_a_key_added_later_keeps_the_ids_of_runs_made_before_it():
     # eval.draws (2026-11-25) at "common" computes what every earlier run computed: the ids of 3e2f471.
-    assert run_id(SCALERL) == "c34a635383ba"
-    assert run_id(load_recipe(overrides=["seed=3", "loss=dapo"])) == "2556771f8c6e"
+    assert run_id(load_recipe(overrides=[EARLIER_PHRASE])) == "c34a635383ba"
+    assert run_id(load_recipe(overrides=[EARLIER_PHRASE, "seed=3", "loss=dapo"])) == "2556771f8c6e"
+
+
+def test_the_papers_interruption_phrase_gave_the_base_recipe_a_new_id():
+    # A changed value is not a key added later: on a real model the phrase tokenizes differently, so
+    # runs with the earlier phrase are other runs (a sweep begun before it starts its jobs afresh).
+    assert run_id(SCALERL) == "76a77474debb" != run_id(load_recipe(overrides=[EARLIER_PHRASE]))
 
 
 def test_config_is_frozen():

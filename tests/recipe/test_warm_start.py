@@ -41,6 +41,10 @@ def test_cache_is_built_once_and_keyed_by_config(tmp_path, monkeypatch):
     # Where it is cached does not change the key; what determines the weights does.
     assert warm_start_key(SMALL_MODEL, cfg, TASK) == warm_start_key(SMALL_MODEL, dataclasses.replace(cfg, cache_dir="x"), TASK)
     assert warm_start_key(SMALL_MODEL, cfg, TASK) != warm_start_key(SMALL_MODEL, dataclasses.replace(cfg, seed=1), TASK)
+    # The phrase is the tokenizer's added token: a cache built with another phrase is another key.
+    monkeypatch.setattr("recipe.warm_start.INTERRUPTION_PHRASE", "Stop.</think>")
+    assert warm_start_key(SMALL_MODEL, cfg, TASK) != first.name
+    monkeypatch.undo()
     # $SCALERL_CACHE is the default location.
     monkeypatch.setenv("SCALERL_CACHE", str(tmp_path / "env"))
     from_env = warm_start_dir(SMALL_MODEL, dataclasses.replace(cfg, cache_dir=None), TASK)
@@ -143,3 +147,5 @@ def test_the_shipped_warm_start_is_the_base_recipes_and_loads():
     model, tokenizer = load_model_dir(SHIPPED_DIR / key)
     assert (model.config.hidden_size, model.config.num_hidden_layers) == (cfg.model.hidden_size, cfg.model.num_layers)
     assert len(tokenizer) == model.config.vocab_size
+    # Its tokenizer holds the base recipe's phrase as one token: forcing it costs 2 tokens, as it did in the build.
+    assert len(tokenizer.encode(cfg.length_control["phrase"], add_special_tokens=False)) == 2

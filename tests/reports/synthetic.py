@@ -45,7 +45,7 @@ BASE_CONFIG = {
     "batch_filter": {"name": "zero_variance"},
     "curriculum": {"name": "no_positive_resampling", "threshold": 0.9},
     "length_control": {"name": "interruption", "min_thinking": 24, "max_thinking": 32, "answer_budget": 8,
-                       "phrase": "Okay, time is up. Let me stop thinking and formulate a final answer now.</think>"},
+                       "phrase": "Okay, time is up. Let me stop thinking and formulate a final answer</think>"},
     "off_policy": {"name": "ppo_off_policy", "k": 8},
     "precision": {"name": "lm_head", "fp32_head": True},
     "model": {"path": "embedded", "dtype": "float32"},
