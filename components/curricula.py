@@ -95,10 +95,13 @@ class UniformCurriculum(Curriculum):
 
 @CURRICULA.register("no_positive_resampling")
 class NoPositiveResamplingCurriculum(Curriculum):
-    """Retire prompt p for good once a group of it scores pass rate >= threshold (0.9): never resampled.
+    """Retire prompt p for good once a group of it scores pass rate >= threshold: never resampled.
 
     Easy prompts stop costing generation compute and stop diluting the batch (ScaleRL, Figure 6b).
     If every prompt has been retired, `sample` raises rather than silently training on nothing new.
+
+    Args:
+        threshold: the group pass rate that retires a prompt, in (0, 1] (default 0.9, ScaleRL's).
     """
 
     def __init__(self, threshold: float = 0.9) -> None:

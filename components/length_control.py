@@ -41,7 +41,13 @@ class InterruptionLengthControl(LengthControl):
     Forced interruption (ScaleRL): a sample still thinking at its budget gets "Okay, time is up. Let
     me stop thinking and formulate a final answer</think>" appended and then answers; rewards
     are unchanged. Drawing the budget from a window keeps the model from learning one fixed cut-off.
-    The defaults suit long-reasoning models (12-14k thinking tokens); small tasks set their own.
+
+    Args:
+        min_thinking: the smallest thinking budget in tokens, >= 1 (default 12288).
+        max_thinking: the largest, >= min_thinking (default 14336; the defaults suit long-reasoning
+            models, small tasks set their own).
+        answer_budget: the tokens allowed after the phrase, >= 1 (default 2048).
+        phrase: the forced text, ending with '</think>' (default INTERRUPTION_PHRASE, the paper's).
     """
 
     def __init__(self, min_thinking: int = 12288, max_thinking: int = 14336, answer_budget: int = 2048,
@@ -65,7 +71,12 @@ class LengthPenaltyControl(LengthControl):
 
     Generation is only cut at the generator's length limit; a correct answer that used more than
     max_length - cache_length tokens loses reward linearly, down to -1 at max_length. Incorrect
-    samples keep their reward. Defaults are DAPO's (20480, 4096); set max_length to the generation limit.
+    samples keep their reward.
+
+    Args:
+        max_length: the length at which the penalty reaches -1, >= 1 token (default 20480, DAPO's; set it
+            to the generation limit).
+        cache_length: the width of the penalty's ramp, in (0, max_length] tokens (default 4096, DAPO's).
     """
 
     def __init__(self, max_length: int = 20480, cache_length: int = 4096) -> None:

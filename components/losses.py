@@ -82,6 +82,9 @@ class CispoLoss(PolicyLoss):
     gradient, scaled by eps_max instead of dropped; there is no lower clip. eps_max is the paper's
     absolute cap (4; 5 and 8 behave the same), not verl's delta form clip(rho, 1-e, 1+e).
     Metrics: loss/truncated_frac (tokens with rho > eps_max) and ratio statistics.
+
+    Args:
+        eps_max: the cap on the importance weight rho, > 0 (default 4.0).
     """
 
     def __init__(self, eps_max: float = 4.0) -> None:
@@ -119,8 +122,11 @@ class DapoLoss(ClippedSurrogateLoss):
     """l_t = -min(rho_t A_i, clip(rho_t, 1 - eps_low, 1 + eps_high) A_i) (DAPO's clip-higher).
 
     Tokens clipped on the advantage's side (A > 0 and rho > 1 + eps_high, or A < 0 and
-    rho < 1 - eps_low) get zero gradient. eps_high 0.26 as in ScaleRL's DAPO runs (0.28 in the
-    DAPO paper). Metrics: loss/clip_frac and ratio statistics.
+    rho < 1 - eps_low) get zero gradient. Metrics: loss/clip_frac and ratio statistics.
+
+    Args:
+        eps_low: the clip below 1, in (0, 1) (default 0.2).
+        eps_high: the clip above 1, > 0 (default 0.26, as in ScaleRL's DAPO runs; 0.28 in the DAPO paper).
     """
 
     def __init__(self, eps_low: float = 0.2, eps_high: float = 0.26) -> None:
@@ -136,6 +142,9 @@ class GrpoLoss(ClippedSurrogateLoss):
 
     Pair it with `advantage_norm: prompt` for GRPO's group-std advantages. No KL term: ScaleRL
     trains without a reference model. Metrics: loss/clip_frac and ratio statistics.
+
+    Args:
+        eps: the clip on both sides of 1, in (0, 1) (default 0.2).
     """
 
     def __init__(self, eps: float = 0.2) -> None:
@@ -150,8 +159,12 @@ class GspoLoss(PolicyLoss):
     """l_i = -min(s_i A_i, clip(s_i, 1 - eps_low, 1 + eps_high) A_i), s_i = exp(mean_t log rho_it) (GSPO).
 
     One importance ratio per sequence: the geometric mean of its token ratios, so the clip range is
-    on the 1e-3 scale (4e-3 / 5e-3). l_i is written on every real token of sequence i, so
-    `sample_mean` aggregation gives GSPO's (1/N) sum_i l_i. Metrics: loss/clip_frac (sequences).
+    on the 1e-3 scale. l_i is written on every real token of sequence i, so `sample_mean`
+    aggregation gives GSPO's (1/N) sum_i l_i. Metrics: loss/clip_frac (sequences).
+
+    Args:
+        eps_low: the clip below 1, in (0, 1) (default 4e-3).
+        eps_high: the clip above 1, > 0 (default 5e-3).
     """
 
     def __init__(self, eps_low: float = 4e-3, eps_high: float = 5e-3) -> None:

@@ -34,8 +34,13 @@ class PipelineRlMode(OffPolicyMode):
     """Generators never stop; new weights reach them after every trainer step, mid-sequence (PipelineRL-k).
 
     No token is trained on more than k versions after the weights that sampled it: staleness <= k.
-    ScaleRL uses k = 8. The generator and the trainer each hold their own devices (cores on CPU,
-    GPUs on a node): generator_devices + trainer_devices in all.
+    The generator and the trainer each hold their own devices (cores on CPU, GPUs on a node):
+    generator_devices + trainer_devices in all.
+
+    Args:
+        k: the largest staleness in trainer steps, in [1, 1024] (default 8, ScaleRL's).
+        generator_devices: devices of the generator, in [1, 1024] (default 1).
+        trainer_devices: devices of the trainer, in [1, 1024] (default 1).
     """
 
     asynchronous = True
@@ -58,6 +63,9 @@ class PpoOffPolicyMode(OffPolicyMode):
     """Generate k minibatches with frozen weights, then take k optimizer steps on them; repeat.
 
     The j-th step (j = 0..k-1) trains on data j versions old: staleness <= k - 1; k = 1 is on-policy.
+
+    Args:
+        k: minibatches per generation round, in [1, 1024] (default 8); a round holds all k in memory.
     """
 
     def __init__(self, k: int = 8) -> None:

@@ -27,6 +27,9 @@ class LmHeadPrecision(HeadPrecision):
     ScaleRL: an fp32 head lifts A from 0.52 to 0.61, because bf16 logits make the generator's and
     trainer's token probabilities disagree. On one side only it is worse than on neither, so both
     roles call this. TF32 matmuls would silently undo it on GPUs: they are off for the fp32 matmul.
+
+    Args:
+        fp32_head: True for an fp32 head (ScaleRL's, the default), False for bf16.
     """
 
     def __init__(self, fp32_head: bool = True) -> None:

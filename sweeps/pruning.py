@@ -54,9 +54,15 @@ class SigmoidBoundPruner(Pruner):
     min_compute_frac x fit_at compute (a fit over too little of the curve has no useful interval).
     Minimizing mirrors it: L_trial > U_best. The interval (sweeps.tune.estimate_objective) is the
     bootstrap's widened by run_sd, the run-to-run sd of one run's objective: each side becomes
-    sqrt(side^2 + (z run_sd)^2). Default 0.04: the same recipe reached 0.846 and 0.905 in two tune
-    studies on the embedded testbed (|diff| / sqrt 2 = 0.042). A fit whose ceiling is not determined
-    yet (A at its bound, the window not past C_mid) gets [0, 1] and is never pruned.
+    sqrt(side^2 + (z run_sd)^2). A fit whose ceiling is not determined yet (A at its bound, the
+    window not past C_mid) gets [0, 1] and is never pruned.
+
+    Args:
+        min_compute_frac: the fraction of fit_at a trial spends before it can be pruned, in (0, 1] (default 0.5).
+        level: the confidence of the intervals, in [0.5, 1) (default 0.9).
+        n_boot: bootstrap refits per poll of each trial, in [20, 10000] (default 200).
+        run_sd: the run-to-run sd of one run's objective, in [0, 1) (default 0.04: the same recipe reached
+            0.846 and 0.905 in two tune studies on the embedded testbed, |diff| / sqrt 2 = 0.042).
     """
 
     def __init__(self, min_compute_frac: float = 0.5, level: float = 0.9, n_boot: int = 200,

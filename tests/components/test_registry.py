@@ -1,11 +1,14 @@
 """The generic registry: registration, lookup errors, parameter checks with key paths."""
 
+import inspect
+import re
 from typing import Literal, Optional
 
 import pytest
 
 from components import REGISTRIES
 from components.registry import ConfigError, Registry, require
+from sweeps.pruning import PRUNERS
 
 
 class Base:
@@ -84,3 +87,38 @@ def test_every_component_documents_its_formula():
         for name in registry.names():
             doc = registry.get(name).__doc__
             assert doc and doc.strip(), f"{registry.axis}.{name} has no docstring"
+
+
+def documented_arguments(cls) -> dict[str, str]:
+    """The entries of a docstring's "Args:" section, as optuna writes them: {name: its text}."""
+    doc = inspect.getdoc(cls) or ""
+    if "\nArgs:\n" not in doc:
+        return {}
+    section = doc.split("\nArgs:\n", 1)[1].split("\n\n", 1)[0]
+    entries = re.split(r"\n(?=    \w+: )", "\n" + section)[1:]
+    return {entry.split(":", 1)[0].strip(): entry.split(":", 1)[1] for entry in entries}
+
+
+def test_the_args_reader_sees_each_entry_and_a_missing_section():
+    class Documented:
+        """f(x).
+
+        Args:
+            eps: a clip, in (0, 1) (default 0.2).
+            k: a count, in [1, 8]
+                (default 8).
+        """
+
+    assert documented_arguments(Documented) == {"eps": " a clip, in (0, 1) (default 0.2).",
+                                                "k": " a count, in [1, 8]\n        (default 8)."}
+    assert documented_arguments(Base) == {}
+
+
+@pytest.mark.parametrize("registry", [*REGISTRIES.values(), PRUNERS], ids=lambda registry: registry.axis)
+def test_every_component_documents_each_argument_with_its_default(registry):
+    # Like optuna's pruners: the formula first, then "Args:" with each constructor argument, its range and default.
+    for name in registry.names():
+        parameters = registry.parameters(name)
+        documented = documented_arguments(registry.get(name))
+        assert list(documented) == list(parameters), f"{registry.axis}.{name}"
+        assert [key for key, text in documented.items() if "default" not in text] == [], f"{registry.axis}.{name}"
