@@ -437,3 +437,30 @@ def test_interruption_on_trl_gives_the_native_generators_samples_token_for_token
         length = int(native.lengths[row])
         assert ids == native.response_ids[row, :length].tolist(), row
         assert mask == native.loss_mask[row, :length].long().tolist(), row
+
+
+def test_one_step_of_two_processes_on_half_the_batch_each_is_one_step_of_one_process_on_all_of_it(tiny_model_dir,
+                                                                                                  tmp_path):
+    """The trl engine's loss scale (x processes) and the row weights over every rank's rows make DDP's average
+    of 2 gloo ranks' gradients (each on half of a fixed batch) the gradients of 1 process on the whole batch."""
+    import torch
+
+    from recipe.engines.launch import free_port
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    script = ["-m", "tests.recipe.trl_one_step", str(tiny_model_dir)]
+    one = subprocess.run([sys.executable, *script, str(tmp_path / "one.pt")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert one.returncode == 0, one.stderr[-3000:]
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--main_process_port", str(free_port()), "--mixed_precision", "no",
+              "--dynamo_backend", "no"]
+    two = subprocess.run([*launch, *script, str(tmp_path / "two.pt")], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert two.returncode == 0, two.stderr[-3000:]
+    whole, halves = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    assert whole.keys() == halves.keys()
+    total = torch.sqrt(sum(torch.sum(g * g) for g in whole.values()))
+    assert total > 0
+    for name, grad in whole.items():
+        assert torch.linalg.vector_norm(halves[name] - grad) <= 1e-5 * total, name
