@@ -78,7 +78,7 @@ NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped")
 # Keys added after runs existed, and the value at which a run computes what those runs computed: at
 # that value the key stays out of the id, so a sweep begun before the key existed resumes its jobs.
 ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer.micro_batch_tokens": 0,
-                   "optimizer.gradient_checkpointing": False}
+                   "optimizer.gradient_checkpointing": False, "engine.vllm_server_url": "http://localhost:8000"}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -191,7 +191,8 @@ def check_ranges(data: Mapping[str, Any]) -> None:
             continue
         if not ((value >= low if low_allowed else value > low) and value <= high):
             lower = f">= {low:g}" if low_allowed else f"> {low:g}"
-            expected = lower if high == math.inf else f"in [{low:g}, {high:g}]" if low_allowed else f"in ({low:g}, {high:g}]"
+            bounded = f"in [{low:g}, {high:g}]" if low_allowed else f"in ({low:g}, {high:g}]"
+            expected = lower if high == math.inf else bounded
             raise ConfigError(f"{path}: got {value!r}, expected {expected}")
     if flat.get("task.max_digits", 1) < flat.get("task.min_digits", 1):
         raise ConfigError(f"task.max_digits: got {flat['task.max_digits']!r}, expected >= task.min_digits "

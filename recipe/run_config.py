@@ -148,6 +148,9 @@ class EngineConfig:
     num_processes: int = 1
     # trl only: None generates with transformers; "colocate" or "server" uses vLLM as TRL configures it.
     vllm_mode: Optional[str] = None
+    # trl, vllm_mode server only: the vLLM server's base URL (`trl vllm-serve` or `vllm serve`, started by
+    # the user on the generation GPUs). off_policy pipeline_rl on trl (TRL's AsyncGRPOTrainer) needs one.
+    vllm_server_url: str = "http://localhost:8000"
     # trl only: "none"; "fsdp" (PyTorch FSDP2 through accelerate: parameters, gradients and optimizer state
     # split across the job's processes); "zero3" (DeepSpeed ZeRO-3 through accelerate; needs deepspeed); or
     # the path of an accelerate config file (.yaml/.json, passed as --config_file; relative paths from the

@@ -45,6 +45,21 @@ AGGREGATION_HOW = ("our aggregation's weights over the whole minibatch (every ra
 CURRICULUM_HOW = ("our curriculum component picks each generation batch's prompts (ScaleRLGRPOTrainer."
                   "curriculum_inputs): the native engine's draws, from every earlier batch's pass rates")
 
+# off_policy pipeline_rl on trl runs TRL's AsyncGRPOTrainer, which computes the loss and the advantages itself
+# (the PPO clip, eps_low / eps_high, summed over the batch's tokens / their count; each group's rewards
+# z-scored in its rollout worker, zero-variance groups at advantage 0), samples its own prompts and generates
+# whole responses on its vLLM server: our components cannot reach inside it. The choices it computes, per axis
+# (an axis not named takes any choice: our reward function shapes the rewards, the head follows the model).
+ASYNC_GRPO_CHOICES: dict[str, tuple[str, ...]] = {
+    "loss": ("dapo", "grpo"), "aggregation": ("token_mean",), "advantage_norm": ("prompt",),
+    "batch_filter": ("none",), "curriculum": ("uniform",), "length_control": ("none", "length_penalty"),
+}
+
+ASYNC_GRPO_HOW = ("TRL's AsyncGRPOTrainer (trl.experimental.async_grpo): generation on a vLLM server in flight "
+                  "with training, max_staleness = k, weights sent every step; it computes its own loss and "
+                  "advantages, so only with " + ", ".join(f"{axis} {'/'.join(names)}" for axis, names in
+                                                    ASYNC_GRPO_CHOICES.items()))
+
 # (axis, choice) -> how the trl engine runs it. The native engine runs every registered choice.
 TRL_SUPPORT: dict[tuple[str, str], Support] = {
     ("loss", "cispo"): emulated("our loss component, called by ScaleRLGRPOTrainer._compute_loss on TRL's logprobs"),
@@ -70,8 +85,7 @@ TRL_SUPPORT: dict[tuple[str, str], Support] = {
                                                  "answer budget"),
     ("off_policy", "ppo_off_policy"): config("steps_per_generation = k optimizer steps per generation "
                                              "(old logprobs recomputed by TRL at generation time)"),
-    ("off_policy", "pipeline_rl"): refused("TRL generates and trains in turns, never in flight; use off_policy "
-                                           "ppo_off_policy, or engine native"),
+    ("off_policy", "pipeline_rl"): config(ASYNC_GRPO_HOW),
     ("precision", "lm_head"): emulated("fp32_head true: cast_lm_head_to_fp32; false on a float32 body: the head's "
                                        "forward runs in bf16 as the native engine's does"),
 }
@@ -92,6 +106,8 @@ TRL_VERIFIED: dict[tuple[str, str], str] = {
     ("length_control", "length_penalty"): CPU_TEST, ("length_control", "none"): CPU_TEST,
     ("length_control", "interruption"): CPU_TEST,
     ("off_policy", "ppo_off_policy"): CPU_TEST,
+    # Its config and refusals are tested on CPU; it needs a vLLM server on a GPU to run at all.
+    ("off_policy", "pipeline_rl"): "GPU only, not verified here",
     ("precision", "lm_head"): f"{CPU_TEST}; {GPU_RUN} (fp32 head, bf16 body, H200)",
 }
 # The trl engine's own settings: (setting, how, verified).
@@ -99,7 +115,7 @@ TRL_ENGINE_ROWS = (
     ("engine.num_processes > 1", "accelerate launch --multi_gpu: torchrun ranks, DDP (gloo on CPU, NCCL on GPUs)",
      f"{CPU_TEST} (2 gloo ranks, kill -9 of one, resume); {NOT_VERIFIED} on GPUs"),
     ("engine.sharding fsdp", "PyTorch FSDP2 through accelerate (GPUs only; refused on CPU)",
-     f"{CPU_TEST} (accelerate forced to shard a gloo group); the H200 run failed, cause not captured"),
+     f"{CPU_TEST} (accelerate forced to shard a gloo group); {GPU_RUN} (1 process, H200, fp32 and bf16 head)"),
     ("engine.sharding zero3", "DeepSpeed ZeRO-3 through accelerate (GPUs with deepspeed; refused where it is missing)",
      f"{NOT_VERIFIED} (launch flags checked by accelerate's parser; deepspeed cannot be installed on the CPU machine)"),
     ("engine.sharding <file>", "an accelerate config file (`accelerate config`), passed as --config_file",
@@ -125,6 +141,10 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
         raise UnsupportedRecipe(f"engine.name: got {engine!r}, expected one of {', '.join(ENGINES)}")
     if recipe["engine"]["vllm_mode"] not in (None, "colocate", "server"):
         raise UnsupportedRecipe(f"engine.vllm_mode: got {recipe['engine']['vllm_mode']!r}, expected null, colocate or server")
+    url = recipe["engine"]["vllm_server_url"]
+    if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+        raise UnsupportedRecipe(f"engine.vllm_server_url: got {url!r}, expected the vLLM server's base URL, e.g. "
+                                "http://localhost:8000")
     if engine == "native":
         if recipe["engine"]["sharding"] != "none":
             raise UnsupportedRecipe("engine.sharding: only engine trl shards a model; set engine.sharding none "
@@ -142,6 +162,8 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
         if support is None or support.kind == "refused":
             why = support.how if support else "no mapping to TRL yet; use engine native"
             raise UnsupportedRecipe(f"{axis}: {choice} cannot run on engine trl ({why}); engines that can: native")
+    if choices["off_policy"] == "pipeline_rl":
+        check_async_grpo(recipe, choices)
     for axis, choice, other, other_choice, fix in TRL_REFUSED_PAIRS:
         if choices[axis] == choice and choices[other] == other_choice:
             raise UnsupportedRecipe(f"{other}: {other_choice} with {axis} {choice} cannot run on engine trl ({fix}); "
@@ -155,6 +177,24 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
     if micro and batch % (micro * recipe["engine"]["num_processes"]):
         raise UnsupportedRecipe(f"optimizer.micro_batch_size: {micro} x engine.num_processes must divide the "
                                 f"minibatch of {batch} sequences on engine trl (TRL accumulates whole micro-batches)")
+
+
+def check_async_grpo(recipe: Mapping[str, Any], choices: Mapping[str, str]) -> None:
+    """off_policy pipeline_rl on engine trl: a vLLM server, and only the choices TRL's AsyncGRPOTrainer computes."""
+    if recipe["engine"]["vllm_mode"] != "server":
+        raise UnsupportedRecipe("off_policy: pipeline_rl on engine trl runs TRL's AsyncGRPOTrainer, which generates on "
+                                "a vLLM server: set engine.vllm_mode server and engine.vllm_server_url (a running "
+                                "`trl vllm-serve`), or use off_policy ppo_off_policy, or engine native")
+    for axis, allowed in ASYNC_GRPO_CHOICES.items():
+        if choices[axis] not in allowed:
+            raise UnsupportedRecipe(f"{axis}: {choices[axis]} with off_policy pipeline_rl cannot run on engine trl (TRL's "
+                                    "AsyncGRPOTrainer computes its own loss and advantages and samples its own "
+                                    f"prompts); set {axis} {' or '.join(allowed)}, or off_policy ppo_off_policy, or "
+                                    "engine native")
+    if recipe["precision"]["fp32_head"] and recipe["model"]["dtype"] != "float32":
+        raise UnsupportedRecipe("precision: fp32_head true with off_policy pipeline_rl cannot run on engine trl "
+                                "(TRL's AsyncGRPOTrainer has no fp32 head for a bf16 body); set precision.fp32_head "
+                                "false or model.dtype float32, or off_policy ppo_off_policy, or engine native")
 
 
 def support_table() -> str:

@@ -117,9 +117,57 @@ def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str,
         "save_strategy": "steps", "save_steps": k * math.ceil(cfg.checkpoint.every_steps / k),
         "save_total_limit": 2,
         "use_vllm": cfg.engine.vllm_mode is not None, "vllm_mode": cfg.engine.vllm_mode or "colocate",
+        "vllm_server_base_url": cfg.engine.vllm_server_url if cfg.engine.vllm_mode == "server" else None,
         "logging_steps": 1, "report_to": "none", "disable_tqdm": True, "log_completions": False,
         "eval_strategy": "no", "dataloader_num_workers": 0, "remove_unused_columns": False,
     }
+
+
+def async_grpo_arguments(cfg: RecipeConfig, output_dir: Path) -> dict[str, Any]:
+    """The AsyncGRPOConfig keyword arguments for off_policy pipeline_rl on engine trl (PipelineRL-k).
+
+    TRL's AsyncGRPOTrainer generates on a vLLM server while it trains and drops a sample more than
+    `max_staleness` optimizer steps older than the weights being trained (PipelineRL's k), sending the
+    weights to the server every `weight_sync_steps` steps (1: PipelineRL's in-flight updates, between the
+    server's decode steps). Its loss and advantages are its own (support.ASYNC_GRPO_CHOICES says which
+    recipe choices that leaves).
+    """
+    batch = cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt
+    micro = cfg.optimizer.micro_batch_size or batch // cfg.engine.num_processes
+    eps = (cfg.loss["eps"], cfg.loss["eps"]) if cfg.loss["name"] == "grpo" else (cfg.loss["eps_low"],
+                                                                                cfg.loss["eps_high"])
+    return {
+        "output_dir": str(output_dir), "seed": cfg.seed, "dtype": cfg.model.dtype,
+        "bf16": cfg.model.dtype == "bfloat16",
+        "num_generations": cfg.rollout.samples_per_prompt,
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": batch // (micro * cfg.engine.num_processes),
+        "max_completion_length": cfg.rollout.max_new_tokens,
+        "temperature": cfg.rollout.temperature, "top_p": 1.0, "top_k": 0,
+        "epsilon": eps[0], "epsilon_high": eps[1],
+        "max_staleness": cfg.off_policy["k"], "weight_sync_steps": 1,
+        "vllm_server_base_url": cfg.engine.vllm_server_url,
+        "learning_rate": cfg.optimizer.lr,
+        "lr_scheduler_type": "constant_with_warmup", "warmup_steps": cfg.optimizer.warmup_steps,
+        "weight_decay": cfg.optimizer.weight_decay, "adam_beta1": cfg.optimizer.beta1,
+        "adam_beta2": cfg.optimizer.beta2, "adam_epsilon": cfg.optimizer.eps,
+        "max_grad_norm": cfg.optimizer.grad_clip,
+        "gradient_checkpointing": cfg.optimizer.gradient_checkpointing,
+        "max_steps": cfg.max_steps,
+        "save_strategy": "steps", "save_steps": cfg.checkpoint.every_steps, "save_total_limit": 2,
+        "logging_steps": 1, "report_to": "none", "disable_tqdm": True,
+    }
+
+
+def build_async_trainer(cfg: RecipeConfig, model_dir: Path, tokenizer, task, components, output_dir: Path):
+    """TRL's AsyncGRPOTrainer for off_policy pipeline_rl (GPU and a vLLM server only; not run here yet)."""
+    from datasets import Dataset
+    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
+
+    rewards = RecipeRewards(task, tokenizer, components.length_control)
+    dataset = Dataset.from_dict({"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]})
+    return AsyncGRPOTrainer(model=str(model_dir), reward_funcs=rewards, args=AsyncGRPOConfig(
+        **async_grpo_arguments(cfg, output_dir)), train_dataset=dataset, processing_class=tokenizer)
 
 
 @contextmanager
@@ -434,6 +482,11 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         # accelerate applies FSDP to GPU process groups only: on CPU it would silently train unsharded.
         raise ConfigError(f"engine.sharding: {cfg.engine.sharding} needs CUDA devices (accelerate shards on GPUs "
                           "only) and this job runs on cpu; set engine.sharding none")
+    pipeline = cfg.off_policy["name"] == "pipeline_rl"
+    if pipeline and device == "cpu":
+        raise ConfigError("off_policy: pipeline_rl on engine trl runs TRL's AsyncGRPOTrainer, which needs CUDA GPUs "
+                          "(its packed attention kernel) and a vLLM server, and this job runs on cpu; use off_policy "
+                          "ppo_off_policy, or engine native")
     if is_launched(cfg.engine.num_processes, cfg.engine.sharding) and not launched:
         return launch_processes(cfg, run_dir, on_eval)
     prepare_run_dir(cfg, run_dir)
@@ -452,15 +505,25 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-    model, tokenizer = load_model_dir(model_directory(cfg, log_every=100, run_dir=run_dir), cfg.model.dtype, device)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    if not cfg.precision["fp32_head"] and cfg.model.dtype == "float32":
-        bf16_head(model.get_output_embeddings())
-    task = build_task(cfg.task, tokenizer)
+    model_dir = model_directory(cfg, log_every=100, run_dir=run_dir)
     components = build_components(cfg)
     output_dir = run_dir / "trl"
     resume_from = newest_checkpoint(output_dir)
-    trainer = build_trainer(cfg, model, tokenizer, task, components, output_dir, device)
+    if pipeline:  # the async trainer loads the model itself, and samples its own prompts
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        task = build_task(cfg.task, tokenizer)
+        trainer = build_async_trainer(cfg, model_dir, tokenizer, task, components, output_dir)
+        model, curriculum = trainer.model, None
+    else:
+        model, tokenizer = load_model_dir(model_dir, cfg.model.dtype, device)
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        if not cfg.precision["fp32_head"] and cfg.model.dtype == "float32":
+            bf16_head(model.get_output_embeddings())
+        task = build_task(cfg.task, tokenizer)
+        trainer = build_trainer(cfg, model, tokenizer, task, components, output_dir, device)
+        curriculum = components.curriculum
     if cfg.engine.sharding != "none":
         embeddings_in_compute_dtype(model)  # after build_trainer: TRL's hooks run first
     accelerator = trainer.accelerator
@@ -474,8 +537,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         state = json.loads((resume_from / STATE_NAME).read_text())
         meter.load_state_dict(state["compute"])
         pending.sums, pending.counts = state["pending"]
-        if "curriculum" in state:  # checkpoints written before the curriculum was ours have none
-            components.curriculum.load_state_dict(state["curriculum"])
+        if curriculum is not None and "curriculum" in state:  # checkpoints before the curriculum was ours: none
+            curriculum.load_state_dict(state["curriculum"])
         step0 = state["step"]
     tracker = Tracker(run_dir, cfg.tracking, to_dict(cfg), run_id(cfg), None if resume_from is None else step0) if main else None
     eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
@@ -506,7 +569,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         if main:
             record["engine/processes"] = accelerator.num_processes  # the ranks that trained (accelerate's count)
             record.update(pending.pop())
-            record.update(components.curriculum.metrics())
+            record.update(curriculum.metrics() if curriculum is not None else {})
             record.update(meter.metrics())
             tracker.log(record)
             if on_eval is not None:
@@ -583,7 +646,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
                 folder = output_dir / f"checkpoint-{state.global_step}"
                 (folder / STATE_NAME).write_text(json.dumps({
                     "step": state.global_step, "compute": meter.state_dict(),
-                    "pending": [pending.sums, pending.counts], "curriculum": components.curriculum.state_dict()}))
+                    "pending": [pending.sums, pending.counts],
+                    "curriculum": curriculum.state_dict() if curriculum is not None else None}))
 
     trainer.add_callback(RecipeCallback())
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; progress is the sweep's job

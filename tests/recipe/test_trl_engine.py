@@ -69,15 +69,9 @@ def test_batch_shape_and_off_policy_k_map_to_generation_and_accumulation(tmp_pat
     assert arguments["gradient_accumulation_steps"] == 4 and arguments["steps_per_generation"] == 16
     assert arguments["save_steps"] == 52  # checkpoint.every_steps 50 rounded up to a generation boundary
     assert arguments["scale_rewards"] == "none" and arguments["beta"] == 0.0
-
-
-@pytest.mark.parametrize("overrides, axis, fix", [
-    (["off_policy=pipeline_rl"], "off_policy: pipeline_rl", "use off_policy ppo_off_policy, or engine native"),
-])
-def test_a_recipe_trl_cannot_run_fails_when_loaded_naming_the_axis_and_the_fix(overrides, axis, fix):
-    with pytest.raises(ConfigError) as error:
-        trl_recipe(*overrides)
-    assert axis in str(error.value) and fix in str(error.value) and "engines that can: native" in str(error.value)
+    server = trl_arguments(trl_recipe("engine.vllm_mode=server", "engine.vllm_server_url=http://gen:8001"), tmp_path,
+                           "cpu")
+    assert server["use_vllm"] and server["vllm_server_base_url"] == "http://gen:8001"
 
 
 def test_engine_settings_are_checked():
@@ -464,3 +458,48 @@ def test_one_step_of_two_processes_on_half_the_batch_each_is_one_step_of_one_pro
     assert total > 0
     for name, grad in whole.items():
         assert torch.linalg.vector_norm(halves[name] - grad) <= 1e-5 * total, name
+
+
+# PipelineRL-k on trl: TRL's AsyncGRPOTrainer, with the choices it computes itself (support.ASYNC_GRPO_CHOICES).
+ASYNC_BASE = ["engine.name=trl", "off_policy=pipeline_rl", "off_policy.k=4", "engine.vllm_mode=server",
+              "engine.vllm_server_url=http://gen-node:8000", "loss=dapo", "aggregation=token_mean",
+              "advantage_norm=prompt", "batch_filter=none", "curriculum=uniform", "length_control=none"]
+
+
+def test_pipeline_rl_on_trl_maps_to_trls_async_grpo_trainer_with_staleness_k(tmp_path):
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from recipe.engines.trl import async_grpo_arguments
+
+    cfg = load_recipe(None, ASYNC_BASE)
+    config = AsyncGRPOConfig(**async_grpo_arguments(cfg, tmp_path))
+    assert config.max_staleness == 4 and config.weight_sync_steps == 1  # PipelineRL-4: in-flight updates each step
+    assert config.vllm_server_base_url == "http://gen-node:8000"
+    assert (config.epsilon, config.epsilon_high) == (cfg.loss["eps_low"], cfg.loss["eps_high"])
+    assert config.num_generations == cfg.rollout.samples_per_prompt
+    assert config.per_device_train_batch_size * config.gradient_accumulation_steps == \
+        cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["engine.vllm_mode=null"], "off_policy: pipeline_rl on engine trl runs TRL's AsyncGRPOTrainer, which generates "
+                                "on a vLLM server: set engine.vllm_mode server and engine.vllm_server_url"),
+    (["loss=cispo"], "loss: cispo with off_policy pipeline_rl cannot run on engine trl .* set loss dapo or grpo"),
+    (["aggregation=prompt_mean"], "aggregation: prompt_mean with off_policy pipeline_rl .* set aggregation token_mean"),
+    (["curriculum=no_positive_resampling"], "curriculum: no_positive_resampling with off_policy pipeline_rl"),
+    (["length_control=interruption"], "length_control: interruption with off_policy pipeline_rl"),
+    (["model.dtype=bfloat16", "precision.fp32_head=true"], "precision: fp32_head true with off_policy pipeline_rl"),
+    (["engine.vllm_server_url=gen-node:8000"], "engine.vllm_server_url: got 'gen-node:8000', expected the vLLM "
+                                               "server's base URL, e.g. http://localhost:8000"),
+])
+def test_pipeline_rl_on_trl_refuses_what_trls_async_trainer_cannot_do_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        load_recipe(None, [*ASYNC_BASE, *overrides])
+    assert "\n" not in str(error.value)
+
+
+def test_pipeline_rl_on_trl_on_cpu_is_refused_before_anything_runs(tiny_overrides, tmp_path):
+    cfg = load_recipe(None, tiny_overrides(*ASYNC_BASE))
+    with pytest.raises(ConfigError, match="needs CUDA GPUs .* and a vLLM server, and this job runs on cpu"):
+        train(cfg, tmp_path / "run", device="cpu")
+    assert not (tmp_path / "run").exists()
