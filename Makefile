@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml constraints-cpu.txt setup.cfg
 	  > $(VENV)/install.log 2>&1 || { tail -30 $(VENV)/install.log; exit 1; }
 	@touch $(STAMP)
 
+# The linter first (ruff, configured in pyproject.toml): a finding fails `make test` before pytest runs.
 # pytest exits 5 when it collected no test: that is a broken suite here, not a pass.
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$status

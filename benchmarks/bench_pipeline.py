@@ -5,8 +5,9 @@
 Both modes get the same 2 cores: pipeline_rl k=8 as a 1-core generator process + a 1-core trainer
 process, ppo_off_policy k=8 as one process with 2 torch threads. Both are charged device-seconds =
 generation + training wall-clock x 2 (evaluation excluded). `ppo_off_policy_split` is PPO-off-policy
-deployed as in the paper, one device per role taking turns (a 1-thread run; compare wall-clock). For each run it reports the
-device-seconds (and wall seconds) to the first evaluation at or above --pass-rate, the sigmoid fitted
+deployed as in the paper, one device per role taking turns (a 1-thread run; compare wall-clock). For
+each run it reports the device-seconds (and wall seconds) to the first evaluation at or above
+--pass-rate, the sigmoid fitted
 against device-seconds (A, B, C_mid, R^2), and for PipelineRL the mean idle fraction of each role and
 its staleness; for PPO the busy seconds per step of generation and training, which give the
 steady-state step time of an overlapped pipeline on n generator devices: max(gen / n, train).
@@ -78,7 +79,8 @@ def main(argv=None) -> int:
             load = os.getloadavg()[0]
             started = time.perf_counter()
             records = train(cfg, out / f"{mode}-seed{seed}",
-                            on_eval=lambda r: print(f"{mode} seed {seed} step {r['step']} pass {r['eval/pass_rate']:.3f} "
+                            on_eval=lambda r: print(f"{mode} seed {seed} step {r['step']} "
+                                                    f"pass {r['eval/pass_rate']:.3f} "
                                                     f"dev-s {r['compute/device_seconds']:.0f}", flush=True))
             summary = curve_summary(records)
             last = records[-1]
@@ -96,7 +98,8 @@ def main(argv=None) -> int:
                 publish_latency_s=mean_of(records, "pipeline/publish_latency_s"),
                 generator_tokens_per_s=mean_of(records, "pipeline/generator_tokens_per_s"),
                 trainer_tokens_per_s=mean_of(records, "pipeline/trainer_tokens_per_s"),
-                curve=[(r["step"], round(r["compute/device_seconds"], 2), round(r["eval/pass_rate"], 4)) for r in records])
+                curve=[(r["step"], round(r["compute/device_seconds"], 2), round(r["eval/pass_rate"], 4))
+                       for r in records])
             results[f"{mode}-seed{seed}"] = summary
             results_path.write_text(json.dumps(results, indent=1) + "\n")
             print(json.dumps({k: v for k, v in summary.items() if k != "curve"}, indent=1), flush=True)

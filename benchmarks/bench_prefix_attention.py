@@ -95,7 +95,8 @@ def time_training(run, repeats: int) -> dict:
     masks = [m.batch.rollout.attention_mask[:, m.batch.rollout.prompt_width + 1:] for m in minibatches]
     padding = 1 - sum(float(m.sum()) for m in masks) / sum(m.numel() for m in masks)
     return {"minibatches": len(minibatches), "response_padding_share": padding,
-            "packed_median_s": median["packed"], "shared_median_s": median["rows"], "per_row_median_s": median["per_row"],
+            "packed_median_s": median["packed"], "shared_median_s": median["rows"],
+            "per_row_median_s": median["per_row"],
             "speedup": median["per_row"] / median["rows"], "packing_speedup": median["rows"] / median["packed"],
             "speedup_packed_vs_per_row": median["per_row"] / median["packed"]}
 
@@ -121,7 +122,8 @@ def main(argv=None) -> int:
         run.model.eval()
         result = {
             "cpu": cpu_model(), "threads": args.threads,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "load_before": load_before, "torch": torch.__version__,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "load_before": load_before,
+            "torch": torch.__version__,
             "generation": [time_generation(run, rows, args.repeats) for rows in args.rows],
             "training": time_training(run, args.repeats),
             "load_after": os.getloadavg(),

@@ -72,7 +72,8 @@ def main(argv=None) -> int:
         load = os.getloadavg()[0]
         started = time.perf_counter()
         records = train(cfg, Path(args.out) / f"seed{seed}",
-                        on_eval=lambda r: print(f"seed {seed} step {r['step']} pass {r['eval/pass_rate']:.3f}", flush=True))
+                        on_eval=lambda r: print(f"seed {seed} step {r['step']} pass {r['eval/pass_rate']:.3f}",
+                                                flush=True))
         summary = curve_summary(records)
         summary.update(wall_seconds=time.perf_counter() - started, load_before=load, load_after=os.getloadavg()[0],
                        curve=[(r["step"], round(r["eval/pass_rate"], 4)) for r in records])

@@ -108,7 +108,8 @@ def main(argv=None) -> int:
         "plain_decode_seconds": plain_seconds, "plain_decode_slots_per_s": len(prompts) * steps / plain_seconds,
         "hf_generate_seconds": hf_seconds, "hf_generate_slots_per_s": len(prompts) * steps / hf_seconds,
         "train_seconds": train_seconds, "train_tokens_per_s": gen_tokens / train_seconds,
-        "train_response_tokens_per_s": new_tokens / train_seconds, "train_gflops_per_s": train_flops / train_seconds / 1e9,
+        "train_response_tokens_per_s": new_tokens / train_seconds,
+        "train_gflops_per_s": train_flops / train_seconds / 1e9,
         "load_avg_1min_after": os.getloadavg()[0],
     }
     print(json.dumps(results, indent=1))

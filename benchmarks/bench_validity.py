@@ -330,7 +330,8 @@ def main(argv=None) -> int:
             out["protocols"][text] = result
             a, c, base = result["a_within_margin"], result["calibration"], result["base_ceiling_identifiable"]
             against_row = result["a_runs_against_their_row"]
-            print(f"protocol {text:<18} (a) {a['share']:.0%} of {a['runs']} (against the row {against_row['share']:.0%})"
+            print(f"protocol {text:<18} (a) {a['share']:.0%} of {a['runs']} "
+                  f"(against the row {against_row['share']:.0%})"
                   f"  (b) {c['share']:.0%} of {c['cases']}  "
                   f"(c) base A {base['A']:.3f} identifiable in every seed: {base['every_seed']}")
     if len(results) == 2:

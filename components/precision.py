@@ -127,7 +127,9 @@ def _ieee_linear_function():
                 if ctx.needs_input_grad[0]:
                     grad_hidden = grad_output @ weight
                 if ctx.needs_input_grad[1]:
-                    grad_weight = grad_output.reshape(-1, grad_output.shape[-1]).T @ hidden.reshape(-1, hidden.shape[-1])
+                    # (V, N) @ (N, D): the gradient summed over every leading position
+                    grad_weight = (grad_output.reshape(-1, grad_output.shape[-1]).T
+                                   @ hidden.reshape(-1, hidden.shape[-1]))
             if ctx.has_bias and ctx.needs_input_grad[2]:
                 grad_bias = grad_output.reshape(-1, grad_output.shape[-1]).sum(0)
             return grad_hidden, grad_weight, grad_bias

@@ -65,7 +65,8 @@ def check_value_type(value: Any, annotation: Any, path: str) -> None:
     """Raise ConfigError unless `value` has the annotated type. No coercion: "3" is not an int.
 
     Accepted annotations: bool, int, float (an int is accepted for a float), str, Optional[X],
-    Literal[...], tuple[X, ...] and Dict[str, Any] (any mapping, checked by its user). bool is never accepted for int/float, nor int for bool.
+    Literal[...], tuple[X, ...] and Dict[str, Any] (any mapping, checked by its user). bool is never
+    accepted for int/float, nor int for bool.
     """
     origin = typing.get_origin(annotation)
     if origin is typing.Union:
@@ -206,7 +207,8 @@ class Registry(Generic[T]):
         for key in spec:
             if key != "name" and key not in params:
                 valid = ", ".join(params) or "none"
-                raise ConfigError(f"{path}.{shown_key(key)}: unknown parameter of {self.axis} {name!r}; its parameters: {valid}")
+                raise ConfigError(f"{path}.{shown_key(key)}: unknown parameter of {self.axis} {name!r}; "
+                                  f"its parameters: {valid}")
         for key, param in params.items():
             if key in spec:
                 value = spec[key]

@@ -49,7 +49,7 @@ class QuantityNoise:
     within_run_s: float = math.nan  # sqrt(2) x the median within-run sd of one curve (what fit noise alone gives)
 
     def interval(self, level: float = 0.80) -> tuple[float, float]:
-        """The `level` interval of s from its chi-square distribution (df from the pilot): how far the plan may be off."""
+        """The `level` interval of s from its chi-square law (df from the pilot): how far the plan may be off."""
         if self.df < 1 or not math.isfinite(self.s):
             return math.nan, math.nan
         low_q, high_q = stats.chi2.ppf([(1 + level) / 2, (1 - level) / 2], self.df)
@@ -96,7 +96,10 @@ def mde(s: float, seeds: int, variants: int, *, margin: float = 0.0, level: floa
 
 def detection_power(effect: float, s: float, seeds: int, variants: int, *, margin: float = 0.0,
                     level: float = LEVEL) -> float:
-    """P(the variant's interval clears the margin on the effect's side): 1 - nct.cdf(t_i, df, (|effect| - m) sqrt(n) / s)."""
+    """P(the variant's interval clears the margin on the effect's side).
+
+    = 1 - nct.cdf(t_i, df, (|effect| - m) sqrt(n) / s).
+    """
     _check(seeds, variants)
     if not (math.isfinite(s) and s > 0):
         raise FitInputError(f"s must be a finite number > 0; got {s!r}")

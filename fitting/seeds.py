@@ -320,9 +320,9 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
     recipe, and a compute ratio within the clock's own ~10% reproducibility (MIN_COMPUTE_RATIO) can be
     the clock's or the machine's: the same two-seed demo on another CPU read two variants "faster" at
     x0.92 [x0.85, x0.99] and x0.89 [x0.82, x0.96] to 90% of the gain, where nine of ten demos on the
-    first CPU had read both as null (BENCHMARKS.md, "Verdicts beyond the clock's tolerance"). An effect that clears 0 but
-    not its margin is reported in the reason, with no verdict. min_compute_ratio = 1 and min_a_shift
-    = 0 give the plain tests.
+    first CPU had read both as null (BENCHMARKS.md, "Verdicts beyond the clock's tolerance"). An
+    effect that clears 0 but not its margin is reported in the reason, with no verdict.
+    min_compute_ratio = 1 and min_a_shift = 0 give the plain tests.
     Verdict, in this order:
       no verdict            fewer than 2 paired seeds, or no run-to-run variance in the sweep (df = 0);
       ceiling mover         the A interval clears +-min_a_shift and A is identifiable in every seed of both runs

@@ -170,8 +170,8 @@ def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:
     device = rollout.input_ids.device
     batch = None
     if rows.numel():
-        batch = TrainBatch(select_rows(rollout, rows.to(device)), advantages[rows].to(device), group_ids[rows].to(device),
-                           version=-1)  # the trainer's version is set when it trains on the batch
+        batch = TrainBatch(select_rows(rollout, rows.to(device)), advantages[rows].to(device),
+                           group_ids[rows].to(device), version=-1)  # the trainer sets the version when it trains on it
     real_prompt = rollout.attention_mask[:, : rollout.prompt_width].sum(dim=1).cpu()
     metrics = rollout_metrics(correct, rewards, lengths, rollout.truncated.cpu(), rollout.interrupted.cpu(), keep, G)
     return Minibatch(batch, metrics, samples.seconds, real_prompt.tolist(), lengths.tolist(),

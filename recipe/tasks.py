@@ -212,7 +212,9 @@ def build_math_task(train_path: str, validation_path: str | None, validation_siz
     else:
         random.Random(data_seed).shuffle(train_rows)
         validation_rows, train_rows = train_rows[:validation_size], train_rows[validation_size:]
-    convert = lambda rows: [Problem(format_math_prompt(str(r["prompt"]), tokenizer), str(r["answer"])) for r in rows]
+    def convert(rows: list[dict]) -> list[Problem]:
+        return [Problem(format_math_prompt(str(r["prompt"]), tokenizer), str(r["answer"])) for r in rows]
+
     return MathTask("jsonl", train=convert(train_rows), validation=convert(validation_rows))
 
 

@@ -129,14 +129,16 @@ class MlflowRun:
             id_file.write_text(self.run_id + "\n")
             from mlflow.entities import Param
 
-            self.client.log_batch(self.run_id, params=[Param(k, str(v)[:6000]) for k, v in flatten_config(params).items()])
+            params = [Param(k, str(v)[:6000]) for k, v in flatten_config(params).items()]
+            self.client.log_batch(self.run_id, params=params)
 
     def log(self, record: dict) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         step = int(record["step"])
-        metrics = [Metric(k, float(v), now, step) for k, v in record.items() if k != "step" and isinstance(v, (int, float))]
+        metrics = [Metric(k, float(v), now, step) for k, v in record.items()
+                   if k != "step" and isinstance(v, (int, float))]
         self.client.log_batch(self.run_id, metrics=metrics)
 
     def finish(self, status: str = "FINISHED") -> None:

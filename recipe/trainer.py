@@ -65,7 +65,7 @@ def checkpointed_layers(model, enabled: bool):
 
 
 def shared_prompts(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int):
-    """The distinct prompts of a batch and, per row, which one it has: (prompt_ids (U, P), prompt_mask, row_prompt (B,)).
+    """The distinct prompts of a batch and which one each row has: (prompt_ids (U, P), prompt_mask, row_prompt (B,)).
 
     An RL batch holds G samples of each prompt, so its prompt part is computed once per distinct
     prompt and shared (U = B / G rows instead of B): the same values, a fraction of the work.

@@ -83,9 +83,11 @@ def _title_page(fits):
         + f"; A intervals: residual block bootstrap ({fits.n_boot} draws, 95%);",
         "               >= 2 seeds: the prediction interval adds run-to-run variance and the fits' window-end miss.",
         "Verdicts       paired over seeds (variant - base of the same seed, each seed's own fit; t-intervals at",
-        f"               the table-wide level): ceiling mover = the dA interval clears +-{budget.min_a_shift:g} and every seed's A is",
+        f"               the table-wide level): ceiling mover = the dA interval clears +-{budget.min_a_shift:g} "
+        "and every seed's A is",
         "               identifiable (no seed-mean A interval at its bound either); efficiency shaper = the",
-        f"               compute to reach 50% or 90% of the base's gain differs beyond x{budget.min_compute_ratio:.2f}; else",
+        f"               compute to reach 50% or 90% of the base's gain differs beyond x{budget.min_compute_ratio:.2f}"
+        "; else",
         "               no detectable effect; one seed: no verdict. Details: the 'How sure' page.",
     ]
     with plt.rc_context(figures.STYLE):
@@ -321,7 +323,8 @@ def _diff_pages(fits) -> list:
     return pages
 
 
-FIGURES = ("scan", "curves", "variants", "fixed_a_slopes", "deltas", "power_law", "diagnostics")  # pages also saved as PNG
+# The pages also saved as PNG.
+FIGURES = ("scan", "curves", "variants", "fixed_a_slopes", "deltas", "power_law", "diagnostics")
 
 
 def _power_law_pages(fits) -> tuple[list, list[str]]:

@@ -59,8 +59,9 @@ def sweep_noise(fits, wall_seconds: float | None = None) -> SweepNoise:
         if schema.BASE in seed_fits else {}
     for quantity in QUANTITIES:
         by_variant = values.get(quantity, {})
-        differences = {name: {seed: value - by_variant[schema.BASE][seed] for seed, value in by_seed.items()
-                              if seed in by_variant[schema.BASE] and math.isfinite(value - by_variant[schema.BASE][seed])}
+        base = by_variant[schema.BASE]
+        differences = {name: {seed: value - base[seed] for seed, value in by_seed.items()
+                              if seed in base and math.isfinite(value - base[seed])}
                        for name, by_seed in by_variant.items() if name != schema.BASE}
         s, df = paired_difference_sd(differences) if differences else (math.nan, 0)
         within_s = math.sqrt(2) * float(np.median(within[quantity])) if within.get(quantity) else math.nan

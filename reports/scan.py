@@ -41,8 +41,8 @@ def scan_values(fits) -> dict[str, object]:
     values = {}
     for name in fits.data.variants():
         run_ids = fits.data.runs[fits.data.runs["variant"] == name]["run_id"]
-        text = next((fits.data.configs[r][key] for r in run_ids if r in fits.data.configs and key in fits.data.configs[r]),
-                    None)
+        configs = fits.data.configs
+        text = next((configs[r][key] for r in run_ids if r in configs and key in configs[r]), None)
         if text is None:  # no config (an MLflow store without params): the job's choice is the value's label
             text = str(fits.data.runs[fits.data.runs["variant"] == name]["choice"].iloc[0])
         try:
@@ -88,8 +88,9 @@ def scan_cells(fits, *, stacked: bool = False) -> tuple[list[str], list[list[str
         text = sig3 if digits == "sig3" else (lambda x: format(x, digits))
         return f"{text(value)}{split}[{text(interval[0])}, {text(interval[1])}]"
 
-    rows = [[_value_text(r["value"]) + (" (ref)" if r["reference"] else ""), str(r["seeds"]), ci(r["A"], r["A_ci"], ".3f"),
-             ci(r["B"], r["B_ci"], ".2f"), ci(r["C_mid"], r["C_mid_ci"], "sig3"), f"{r['pred']:.3f}", r["verdict"]]
+    rows = [[_value_text(r["value"]) + (" (ref)" if r["reference"] else ""), str(r["seeds"]),
+             ci(r["A"], r["A_ci"], ".3f"), ci(r["B"], r["B_ci"], ".2f"), ci(r["C_mid"], r["C_mid_ci"], "sig3"),
+             f"{r['pred']:.3f}", r["verdict"]]
             for r in scan_rows(fits)]
     return header, rows
 
@@ -121,8 +122,8 @@ def scan_figure(fits):
     info, budget = scan_info(fits.data), fits.data.budget
     rows = scan_rows(fits)
     cmap = plt.get_cmap("viridis")
-    colours = {r["variant"]: ("#000000" if r["reference"] else matplotlib.colors.to_hex(cmap(0.9 * i / max(1, len(rows) - 1))))
-               for i, r in enumerate(rows)}
+    shades = [matplotlib.colors.to_hex(cmap(0.9 * i / max(1, len(rows) - 1))) for i in range(len(rows))]
+    colours = {r["variant"]: "#000000" if r["reference"] else shade for r, shade in zip(rows, shades)}
     with plt.rc_context(figures.STYLE):
         fig = figures._new_figure(f"Scan of {info['key']}: each value against the reference "
                                   f"{_value_text(info['reference'])} (black)")

@@ -121,7 +121,8 @@ def _table_pages(records, metric: str) -> list:
     pages = []
     for start in range(0, max(len(rows), 1), ROWS_PER_PAGE):
         with plt.rc_context(figures.STYLE):
-            fig = figures._new_figure("Trials" + (f" ({start // ROWS_PER_PAGE + 1})" if len(rows) > ROWS_PER_PAGE else ""))
+            page = f" ({start // ROWS_PER_PAGE + 1})" if len(rows) > ROWS_PER_PAGE else ""
+            fig = figures._new_figure("Trials" + page)
             # colour the state column: reorder so _draw_table's coloured last column is the state
             reordered = [[row[0], *row[2:], row[1]] for row in rows[start:start + ROWS_PER_PAGE]]
             _draw_table(fig, [header[0], *header[2:], header[1]], reordered, colours[start:start + ROWS_PER_PAGE],

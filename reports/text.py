@@ -9,7 +9,7 @@ import math
 
 
 def sig3(value: float | None) -> str:
-    """Three significant figures, no exponent for compute-sized numbers (2542 -> 2540, 61.27 -> 61.3); '-' if missing."""
+    """Three significant figures, no exponent for compute-sized numbers (2542 -> 2540, 61.27 -> 61.3); '-' if none."""
     if value is None or not math.isfinite(value):
         return "-"
     if abs(value) >= 100:

@@ -4,9 +4,10 @@
 
 Run it (and commit the result) when what determines the warm start changes: the procedure
 (recipe.warm_start.WARM_START_VERSION), the base recipe's `model` or `warm_start` sections, the
-task's digits or the interruption phrase (the tokenizer's added token). tests/recipe/test_warm_start.py fails while the shipped key is not the base recipe's.
-The build always runs here (never copied from a cache), takes ~4 minutes on 2 cores, and replaces
-the previously shipped warm start; its warm_start.json records where and with what it was built.
+task's digits or the interruption phrase (the tokenizer's added token). tests/recipe/test_warm_start.py
+fails while the shipped key is not the base recipe's. The build always runs here (never copied from a
+cache), takes ~4 minutes on 2 cores, and replaces the previously shipped warm start; its
+warm_start.json records where and with what it was built.
 """
 
 from __future__ import annotations

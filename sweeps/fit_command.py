@@ -168,7 +168,8 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
         fit = fit_sigmoid(compute, pass_rate, **options)
         score = score_extrapolation(fit, compute, pass_rate, target=args.target, margin=args.margin,
                                     observed_halfwidth=args.observed_window)
-        boot = bootstrap_fit(fit, n_boot=args.n_boot, target=args.target, seed=args.bootstrap_seed) if args.n_boot else None
+        boot = (bootstrap_fit(fit, n_boot=args.n_boot, target=args.target, seed=args.bootstrap_seed)
+                if args.n_boot else None)
     except FitInputError as error:
         dropped = f" ({record['notes'][0]}, of {len(empty)})" if empty.any() else ""
         record["fit_error"] = f"{error}{dropped}"
@@ -270,7 +271,9 @@ def _print_power_law(records: list[dict], args) -> None:
     """The sigmoid and the power-law baseline side by side: ceiling and prediction at --target."""
     from reports.text import aligned_lines
 
-    three = (lambda v: f"{v:.3f}")
+    def three(value: float) -> str:
+        return f"{value:.3f}"
+
     print("\npower-law baseline R = A - D / C^B on the same window (A at its bound 1: no ceiling)")
     rows = []
     for r in records:

@@ -17,11 +17,13 @@ import argparse
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="sweep spec YAML, e.g. sweeps/loo.yaml")
     parser.add_argument("--verbose", action="store_true",
-                        help="also print what each job runs on its node (the accelerate command of a multi-GPU trl job)")
+                        help="also print what each job runs on its node "
+                             "(the accelerate command of a multi-GPU trl job)")
     parser.add_argument("--power", action="store_true",
                         help="also print the seed planner: MDEs, seeds needed and cost per seed count, from the noise "
                              "a finished sweep measured (--pilot, else the spec's own output directory)")
-    parser.add_argument("--pilot", metavar="SWEEP_DIR", help="with --power: the finished sweep whose noise to plan from")
+    parser.add_argument("--pilot", metavar="SWEEP_DIR",
+                        help="with --power: the finished sweep whose noise to plan from")
     parser.add_argument("--effect-a", default="0.02,0.05", metavar="DA,...",
                         help="with --power: shifts in A to find the seeds for (default 0.02,0.05)")
     parser.add_argument("--effect-ratio", default="1.10,1.25", metavar="R,...",

@@ -92,7 +92,9 @@ def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 def format_state(row: JobProgress) -> str:
@@ -124,7 +126,8 @@ def format_progress(spec: SweepSpec, rows: list[JobProgress], started: float | N
     done_compute = sum(min(row.compute, target) for row in rows)
     overall = done_compute / (target * len(rows)) if rows and target else 0.0
     elapsed = f", {format_duration(time.time() - started)} elapsed" if started else ""
-    text.append(f"sweep {spec.name}: {overall:.0%} of compute; " + ", ".join(f"{n} {s}" for s, n in counts.items()) + elapsed)
+    states = ", ".join(f"{n} {s}" for s, n in counts.items())
+    text.append(f"sweep {spec.name}: {overall:.0%} of compute; {states}{elapsed}")
     for row in rows:
         if row.status == FAILED:
             text.append(f"  {row.job.variant} seed {row.job.seed} failed: {row.error} (log: {row.log_path})")

@@ -36,7 +36,8 @@ PLAIN_PRINT_SECONDS = 30.0
 def machine_description() -> str:
     import os
 
-    return f"{socket.gethostname()} ({platform.machine()}, {os.cpu_count()} cpus, {platform.system()} {platform.release()})"
+    return (f"{socket.gethostname()} ({platform.machine()}, {os.cpu_count()} cpus, "
+            f"{platform.system()} {platform.release()})")
 
 
 def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None:
@@ -271,7 +272,8 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
             if queue or active or watched:
                 time.sleep(spec.executor.poll_seconds)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: nothing is lost; rerun `sweep run` on the same spec to resume ({sweep_dir})", file=stream)
+        print(f"\ninterrupted: nothing is lost; rerun `sweep run` on the same spec to resume ({sweep_dir})",
+              file=stream)
         return 130
 
     rows = collect_progress(spec, sweep_dir, jobs)
@@ -288,8 +290,8 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
                 retry = "retried by the next `sweep run`"
             else:
                 retry = f"failed {state.attempts} times (executor.max_attempts); delete {state_file} to retry"
-            print(f"FAILED {row.job.variant} seed {row.job.seed}: {state.last_error}\n  log: {state.log_path}\n  {retry}",
-                  file=stream)
+            print(f"FAILED {row.job.variant} seed {row.job.seed}: {state.last_error}\n"
+                  f"  log: {state.log_path}\n  {retry}", file=stream)
         tracker.finish_sweep("FAILED")
         return 1
     from sweeps.finalize import finalize_sweep

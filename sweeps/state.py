@@ -24,7 +24,8 @@ from components.registry import ConfigError, check_value_type
 from recipe.tracking import DamagedFileError, read_json_file, write_json_atomic
 
 # A job's state file only counts attempts and keeps its last error: the run directory is the truth.
-STATE_FIX = "remove it (the job's attempts and last error are forgotten; its run directory is kept) and rerun `sweep run`"
+STATE_FIX = ("remove it (the job's attempts and last error are forgotten; its run directory is kept) "
+             "and rerun `sweep run`")
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 DONE_FILE = "done.json"
@@ -115,7 +116,8 @@ class RunLock:
     def __enter__(self) -> "RunLock":
         if not self.wait(LOCK_WAIT_SECONDS):
             holder = self.path.read_text().strip() if self.path.exists() else "?"
-            raise RuntimeError(f"{self.path.parent} is being trained by another process (pid {holder}, lock {self.path})")
+            raise RuntimeError(f"{self.path.parent} is being trained by another process "
+                               f"(pid {holder}, lock {self.path})")
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -56,7 +56,8 @@ DEFAULT_LEVEL, DEFAULT_N_BOOT = 0.9, 200
 
 
 def params_label(params: dict[str, Any]) -> str:
-    """{"optimizer.lr": 1.2345e-4, "rollout.samples_per_prompt": 8} -> "optimizer.lr=0.0001235, rollout.samples_per_prompt=8"."""
+    """Parameters as one line: {"optimizer.lr": 1.2345e-4, "rollout.samples_per_prompt": 8} ->
+    "optimizer.lr=0.0001235, rollout.samples_per_prompt=8"."""
     return ", ".join(f"{path}={value:.4g}" if isinstance(value, float) else f"{path}={value}"
                      for path, value in params.items())
 
@@ -458,7 +459,8 @@ class TuneDriver:
                 estimate = run.estimate
             elif record.value is not None:
                 estimate = as_estimate(record)
-            objective = "-" if estimate is None else f"{estimate.value:.3f} [{estimate.lower:.3f}, {estimate.upper:.3f}]"
+            objective = ("-" if estimate is None
+                         else f"{estimate.value:.3f} [{estimate.lower:.3f}, {estimate.upper:.3f}]")
             lines.append((str(number), record.state, f"{compute:,.0f} / {fit_at:,.0f}",
                           "-" if pass_rate is None else f"{pass_rate:.3f}", objective, params_label(record.params)))
         widths = [max(len(line[i]) for line in [header, *lines]) for i in range(len(header))]

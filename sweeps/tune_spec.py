@@ -408,4 +408,5 @@ def tune_spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -
 
 def load_tune_spec(path: str | Path) -> TuneSpec:
     """Read and check a tune spec YAML (see the module docstring for the format)."""
-    return tune_spec_from_dict(read_spec_file(path, "tune spec", TuneSpec), str(path), root=str(Path(path).resolve().parent))
+    data = read_spec_file(path, "tune spec", TuneSpec)
+    return tune_spec_from_dict(data, str(path), root=str(Path(path).resolve().parent))

@@ -458,7 +458,8 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
                 if not process.is_alive():
                     process.join()
                     raise RoleDiedError(
-                        f"PipelineRL {role} process (pid {process.pid}) died: {describe_exit(process, errors.get(role))}\n"
+                        f"PipelineRL {role} process (pid {process.pid}) died: "
+                        f"{describe_exit(process, errors.get(role))}\n"
                         f"the run stopped; rerun the same command to resume from the last checkpoint in {run_dir}")
     finally:
         stop_roles(processes, channels)

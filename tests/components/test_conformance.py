@@ -54,7 +54,8 @@ class TestLossConformance:
         reference_grad = logprobs.grad.clone()
         for garbage in (float("nan"), float("inf"), -1e9):
             noisy = with_garbage_padding(logprobs, mask, garbage).requires_grad_()
-            out = loss(noisy, with_garbage_padding(old, mask, -garbage), with_garbage_padding(advantages, mask, garbage), mask)
+            noisy_old = with_garbage_padding(old, mask, -garbage)
+            out = loss(noisy, noisy_old, with_garbage_padding(advantages, mask, garbage), mask)
             out.per_token_loss.sum().backward()
             torch.testing.assert_close(out.per_token_loss, reference.per_token_loss.detach())
             torch.testing.assert_close(noisy.grad, reference_grad)
@@ -118,7 +119,8 @@ class TestAggregationConformance:
         assert aggregation(torch.zeros(B, T), mask, GROUPS) == 0
         loss = torch.rand(B, T, dtype=torch.float64)
         order = torch.randperm(B, generator=torch.Generator().manual_seed(0))
-        torch.testing.assert_close(aggregation(loss[order], mask[order], GROUPS[order]), aggregation(loss, mask, GROUPS))
+        torch.testing.assert_close(aggregation(loss[order], mask[order], GROUPS[order]),
+                                   aggregation(loss, mask, GROUPS))
 
 
 @pytest.mark.parametrize("name", names("advantage_norm"))
@@ -173,7 +175,8 @@ def test_curriculum_conformance(name):
 def test_length_control_conformance(name):
     control = build("length_control", name)
     rewards = torch.tensor([1.0, -1.0, 1.0, -1.0])
-    shaped = control.shape_rewards(rewards, torch.tensor([1, 10**6, 10**6, 3]), torch.tensor([True, False, True, False]))
+    lengths, correct = torch.tensor([1, 10**6, 10**6, 3]), torch.tensor([True, False, True, False])
+    shaped = control.shape_rewards(rewards, lengths, correct)
     assert shaped.shape == rewards.shape and torch.isfinite(shaped).all()
     assert (shaped[~torch.tensor([True, False, True, False])] == rewards[1::2]).all()  # wrong stays wrong
     budgets = control.thinking_budgets(16, np.random.default_rng(0))

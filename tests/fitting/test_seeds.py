@@ -34,7 +34,8 @@ TRUTHS = {
 
 @pytest.fixture(scope="module")
 def three_seeds():
-    fits = {name: {s: run(*truth, seed=1000 * i + s) for s in range(3)} for i, (name, truth) in enumerate(TRUTHS.items())}
+    fits = {name: {s: run(*truth, seed=1000 * i + s) for s in range(3)}
+            for i, (name, truth) in enumerate(TRUTHS.items())}
     return fits, seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET)
 
 
@@ -225,7 +226,8 @@ def test_null_variants_rarely_get_a_verdict_and_real_effects_usually_do():
     verdicts_null, detected, spurious_tables = [], 0, 0
     for rep in range(60):
         names = ["base", "v1", "v2", "v3", "v4"]
-        fits = {name: {s: run(*BASE, seed=10_000 * rep + 100 * i + s) for s in range(2)} for i, name in enumerate(names)}
+        fits = {name: {s: run(*BASE, seed=10_000 * rep + 100 * i + s) for s in range(2)}
+                for i, name in enumerate(names)}
         fits["up"] = {s: run(0.73, 1.92, 2542.0, seed=10_000 * rep + 900 + s) for s in range(2)}
         verdicts = seed_verdicts(fits, "base", fit_at=FIT_AT, target=TARGET)
         verdicts_null += [verdicts[name].verdict for name in names[1:]]

@@ -54,7 +54,8 @@ def test_switching_a_component_takes_its_defaults_and_tuning_keeps_it(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("loss: cispoo\n", r"recipe\.yaml: loss: unknown loss 'cispoo'; valid choices: cispo, dapo, grpo, gspo"),
-    ("loss: {name: dapo, eps_max: 4}\n", r"loss\.eps_max: unknown parameter of loss 'dapo'; its parameters: eps_low, eps_high"),
+    ("loss: {name: dapo, eps_max: 4}\n",
+     r"loss\.eps_max: unknown parameter of loss 'dapo'; its parameters: eps_low, eps_high"),
     ("optimizer: {lrr: 0.1}\n", r"optimizer\.lrr: unknown key; valid keys here: lr, warmup_steps"),
     ("optimiser: {lr: 0.1}\n", r"optimiser: unknown key; valid keys here: loss, aggregation"),
     ("optimizer: {lr: fast}\n", r"optimizer\.lr: got 'fast' \(str\), expected float"),
@@ -101,7 +102,8 @@ def test_run_id_depends_on_what_is_computed_only():
 
 
 # The phrase of the runs before the base recipe took the paper's (issue 39); their ids hashed it.
-EARLIER_PHRASE = "length_control.phrase=Okay, time is up. Let me stop thinking and formulate a final answer now.</think>"
+EARLIER_PHRASE = ("length_control.phrase="
+                  "Okay, time is up. Let me stop thinking and formulate a final answer now.</think>")
 
 
 def test_a_key_added_later_keeps_the_ids_of_runs_made_before_it():
@@ -125,7 +127,8 @@ def test_config_is_frozen():
     ("optimizer: {lr: '${oc.env:SCALERL_TEST_SECRET}'}\n", r"optimizer\.lr: got '\$\{oc\.env:SCALERL_TEST_SECRET\}'"),
     ("loss: {name: dapo, eps_high: '${loss.eps_low}'}\n", r"loss\.eps_high: got '\$\{loss\.eps_low\}'"),
     ("tracking: {experiment: 'x${oc.env:SCALERL_TEST_SECRET}'}\n", r"tracking\.experiment: got 'x\$\{oc\.env"),
-    ("tracking:\n  experiment: x${oc.env:SCALERL_TEST_SECRET\n", r"tracking\.experiment: got 'x\$\{oc.env:SCALERL_TEST_SECRET'; interpolation is not supported"),
+    ("tracking:\n  experiment: x${oc.env:SCALERL_TEST_SECRET\n",
+     r"tracking\.experiment: got 'x\$\{oc.env:SCALERL_TEST_SECRET'; interpolation is not supported"),
 ])
 def test_interpolation_in_a_recipe_is_refused_unresolved(tmp_path, monkeypatch, text, message):
     # OmegaConf resolves on access; the refusal must come from the raw node, so the secret never shows.

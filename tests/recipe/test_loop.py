@@ -104,7 +104,8 @@ def test_kill_9_at_a_random_moment_then_the_same_command_resumes(tiny_recipe, ti
 
 
 def test_jsonl_task_trains_through_the_same_path(tiny_recipe, tmp_path):
-    rows = [{"prompt": f"{a:02d}+{b:02d}=<think>", "answer": str(a + b)} for a in range(10, 40, 3) for b in range(5, 60, 7)]
+    rows = [{"prompt": f"{a:02d}+{b:02d}=<think>", "answer": str(a + b)}
+            for a in range(10, 40, 3) for b in range(5, 60, 7)]
     data = tmp_path / "math.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = tiny_recipe("task.name=jsonl", f"task.train_path={data}", "task.validation_size=8", "batch_filter=none",

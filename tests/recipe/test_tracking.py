@@ -14,7 +14,8 @@ def test_resume_keeps_records_up_to_the_checkpoint_and_drops_torn_lines(tmp_path
     assert [r["step"] for r in read_metrics(tmp_path)] == [0, 2, 4, 6]
     metrics = MetricsFile(tmp_path, resume_step=4)
     metrics.append({"step": 6, "eval/pass_rate": 0.7})
-    assert [(r["step"], r["eval/pass_rate"]) for r in read_metrics(tmp_path)] == [(0, 0.0), (2, 0.2), (4, 0.4), (6, 0.7)]
+    assert [(r["step"], r["eval/pass_rate"]) for r in read_metrics(tmp_path)] == \
+        [(0, 0.0), (2, 0.2), (4, 0.4), (6, 0.7)]
     assert MetricsFile(tmp_path, resume_step=None).records == []  # a fresh run starts empty
     assert (tmp_path / "metrics.jsonl").read_text() == ""
 

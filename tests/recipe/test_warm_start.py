@@ -39,7 +39,8 @@ def test_cache_is_built_once_and_keyed_by_config(tmp_path, monkeypatch):
     assert again == first and (first / "model.safetensors").stat().st_mtime_ns == stamp
     assert (first / "config.json").is_file() and (first / "tokenizer.json").is_file()
     # Where it is cached does not change the key; what determines the weights does.
-    assert warm_start_key(SMALL_MODEL, cfg, TASK) == warm_start_key(SMALL_MODEL, dataclasses.replace(cfg, cache_dir="x"), TASK)
+    assert warm_start_key(SMALL_MODEL, cfg, TASK) == \
+        warm_start_key(SMALL_MODEL, dataclasses.replace(cfg, cache_dir="x"), TASK)
     assert warm_start_key(SMALL_MODEL, cfg, TASK) != warm_start_key(SMALL_MODEL, dataclasses.replace(cfg, seed=1), TASK)
     # The phrase is the tokenizer's added token: a cache built with another phrase is another key.
     monkeypatch.setattr("recipe.warm_start.INTERRUPTION_PHRASE", "Stop.</think>")

@@ -57,7 +57,8 @@ def test_ui_shows_the_jobs_and_rest_api_has_fit_metrics_and_verdicts(logged, tmp
             tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
             assert FIT_KEYS <= set(metrics), tags[schema.TAG_VARIANT]
             assert tags[schema.TAG_VERDICT].startswith(EXPECTED_VERDICTS[tags[schema.TAG_VARIANT]])
-            row = logged["outputs"].fits.run_table.set_index("run_id").loc[tags[schema.TAG_RUN_ID]]  # that seed's own fit
+            # that seed's own fit
+            row = logged["outputs"].fits.run_table.set_index("run_id").loc[tags[schema.TAG_RUN_ID]]
             assert metrics["fit/A"] == pytest.approx(row["A"]) and metrics["fit/error"] == pytest.approx(row["error"])
 
         screenshot = tmp_path / "runs.png"

@@ -12,8 +12,8 @@ from tests.reports.tools import ensure_tool, ink_fraction
 
 # title, table, curves, variants, fixed-A slopes, deltas, diagnostics, diagnostics table, config diff, notes
 # (the notes page exists because the DAPO run lacks interrupted_frac and CISPO runs lack clip_frac)
-EXPECTED_PAGES = ["title", "table", "evidence", "power", "curves", "variants", "fixed_a_slopes", "deltas", "diagnostics",
-                  "diagnostics_table", "config_diff", "notes"]
+EXPECTED_PAGES = ["title", "table", "evidence", "power", "curves", "variants", "fixed_a_slopes", "deltas",
+                  "diagnostics", "diagnostics_table", "config_diff", "notes"]
 
 
 def page_names(fits) -> list[str]:
@@ -78,7 +78,8 @@ def _undrawn_texts(fig) -> set:
             low, high = sorted(scale(np.asarray(axis.get_view_interval())))
             slack = (high - low) * 1e-6
             for tick in axis.get_major_ticks() + axis.get_minor_ticks():
-                if tick.get_loc() <= 0 and scale is np.log10 or not low - slack <= scale(tick.get_loc()) <= high + slack:
+                location = tick.get_loc()
+                if location <= 0 and scale is np.log10 or not low - slack <= scale(location) <= high + slack:
                     hidden.update((tick.label1, tick.label2))
     return hidden
 

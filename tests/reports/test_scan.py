@@ -36,8 +36,8 @@ def make_scan(root):
             for step in range(0, 330, 5):
                 compute = float(step)
                 noise = 0.003 * shared.normal() + 0.003 * rng.normal() if step else 0.0
-                lines.append({"step": step, schema.PASS_RATE: float(sigmoid_curve(compute, own_a, b, c_mid, R0)) + noise,
-                              "compute/device_seconds": compute})
+                pass_rate = float(sigmoid_curve(compute, own_a, b, c_mid, R0)) + noise
+                lines.append({"step": step, schema.PASS_RATE: pass_rate, "compute/device_seconds": compute})
             (run_dir / schema.METRICS_FILE).write_text("".join(json.dumps(line) + "\n" for line in lines))
             plan.append({"run_id": run_id, "axis": axis, "choice": str(value), "variant": variant, "seed": seed,
                          "run_dir": f"runs/{run_id}"})

@@ -59,7 +59,8 @@ def test_printed_table_precision(sweep_fits):
     row = sweep_fits.table.iloc[0]
     a, b, c_mid = f"{row['A']:.3f}", f"{row['B']:.2f}", sig3(row["C_mid"])
     seed_sd = f"{row['A_seed_sd']:.3f}"
-    assert re.search(rf"{a} \[\d\.\d{{3}}, \d\.\d{{3}}\]\s+{seed_sd}\s+{b}\s+\d\.\d\d\s+{re.escape(c_mid)}\s", base), base
+    assert re.search(rf"{a} \[\d\.\d{{3}}, \d\.\d{{3}}\]\s+{seed_sd}\s+{b}\s+\d\.\d\d\s+{re.escape(c_mid)}\s",
+                     base), base
     assert re.fullmatch(r"\d{2}\.\d|\d{3}", c_mid)  # C_mid ~ 60: three significant figures
     assert "efficiency shaper (faster)" in text and "ceiling mover (lower A)" in text
     assert [sig3(v) for v in (2542.0, 61.27, 0.01234, float("nan"))] == ["2540", "61.3", "0.0123", "-"]
@@ -309,7 +310,8 @@ def test_the_sweeps_verdict_margins_reach_the_verdicts(tmp_path):
         assert (tables[ratio].attrs["min_compute_ratio"], tables[ratio].attrs["min_a_shift"]) == (ratio, shift)
     assert tables[1.0].loc["loss=dapo", "direction"] == "mixed"
     strict = tables[100.0]
-    assert strict.loc["loss=dapo", "verdict"] == strict.loc["aggregation=sample_mean", "verdict"] == "no detectable effect"
+    assert strict.loc["loss=dapo", "verdict"] == strict.loc["aggregation=sample_mean", "verdict"] \
+        == "no detectable effect"
     assert (strict.loc["precision=fp32_head=false", "verdict"], strict.loc["precision=fp32_head=false", "direction"]) \
         == ("efficiency shaper", "slower")
     assert "never reached" in strict.loc["precision=fp32_head=false", "reason"]

@@ -98,7 +98,8 @@ def test_step_column_orders_each_curve(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("content", "message"), [
-    ("run,compute,score\nbase,100,0.3\n", "missing column(s) pass_rate; found run, compute, 1 other column(s) (not shown)"),
+    ("run,compute,score\nbase,100,0.3\n",
+     "missing column(s) pass_rate; found run, compute, 1 other column(s) (not shown)"),
     ("run,compute,pass_rate\n", "has a header but no rows"),
     ("run,compute,pass_rate\nbase,100,high\n", "line 2: column pass_rate holds a value that is not a number"),
     ("", "cannot read"),
@@ -126,7 +127,8 @@ def test_missing_file_and_conflicting_r0_options(capsys):
     assert "no such file: no/such.csv" in capsys.readouterr().err
     # argparse: --r0 and --fit-r0 are mutually exclusive; its error is one line, as every refusal
     assert main(["fit", EXAMPLE, *WINDOW, "--r0", "0.3", "--fit-r0"]) == 2
-    assert capsys.readouterr().err.strip().endswith("not allowed with argument --r0 (sweep fit --help lists the arguments)")
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("not allowed with argument --r0 (sweep fit --help lists the arguments)")
 
 
 def test_paper_method_from_the_cli(capsys):
@@ -202,7 +204,8 @@ def test_fit_shape_check_over_the_curves(tmp_path, capsys):
     rng = np.random.default_rng(0)
     rows = []
     for run in range(10):
-        truth = 0.09 + 0.45 / (1 + (10.0 / np.maximum(compute, 1e-9)) ** 1.2) + 0.45 / (1 + (70.0 / np.maximum(compute, 1e-9)) ** 3)
+        positive = np.maximum(compute, 1e-9)
+        truth = 0.09 + 0.45 / (1 + (10.0 / positive) ** 1.2) + 0.45 / (1 + (70.0 / positive) ** 3)
         rate = np.clip(truth + rng.normal(0, 0.01, compute.size), 0, 1)
         rows += [f"r{run},{c:g},{p:.6f}" for c, p in zip(compute, rate)]
     path = write_csv(tmp_path / "late.csv", rows)
