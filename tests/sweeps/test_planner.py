@@ -132,9 +132,9 @@ def test_a_sweep_mixing_engines_is_refused_unless_the_spec_allows_it():
 
 
 def test_a_variant_trl_cannot_run_fails_at_plan_time_naming_the_axis_and_the_fix():
-    with pytest.raises(ConfigError, match=r"axes\.off_policy: off_policy: pipeline_rl cannot run on engine trl \(TRL "
-                                          r"generates and trains in turns, never in flight; use off_policy "
-                                          r"ppo_off_policy, or engine native\)"):
+    with pytest.raises(ConfigError, match=r"axes\.off_policy: off_policy: pipeline_rl on engine trl runs TRL's "
+                                          r"AsyncGRPOTrainer, which generates on a vLLM server: set "
+                                          r"engine.vllm_mode server"):
         plan_sweep(spec(overrides=TRL_OVERRIDES, axes={"off_policy": "pipeline_rl"}))
 
 
@@ -162,3 +162,20 @@ def test_plan_verbose_shows_the_accelerate_command_of_a_multi_gpu_trl_job():
     with pytest.raises(ConfigError, match=r"gpus_per_node: got 0, .* \(one GPU each: engine\.sharding fsdp\)"):
         plan_sweep(sharded)
     assert "trl" in format_plan(planned, jobs).splitlines()[1].split()
+
+
+def test_the_shipped_trl_loo_is_the_native_loo_on_trl_with_ppo_off_policy_8_in_place_of_pipeline_rl():
+    """sweeps/loo-trl.yaml: every job of sweeps/loo.yaml but its off_policy row (PPO-off-policy-8 is its base),
+    each recipe the native LOO's own with engine trl and PPO-off-policy-8."""
+    import dataclasses
+
+    native = {(job.axis, job.choice, job.seed): job.recipe for job in plan_sweep(load_spec(LOO))}
+    trl = {(job.axis, job.choice, job.seed): job.recipe for job in plan_sweep(load_spec(REPO / "sweeps/loo-trl.yaml"))}
+    assert set(native) - set(trl) == {("off_policy", "ppo_off_policy(k=8)", seed) for seed in (0, 1)}
+    assert set(trl) <= set(native)
+    off_policy_8 = native[("off_policy", "ppo_off_policy(k=8)", 0)].off_policy
+    for key, recipe in trl.items():
+        expected = native[key]
+        expected = dataclasses.replace(expected, engine=dataclasses.replace(expected.engine, name="trl"),
+                                       off_policy=off_policy_8)
+        assert recipe == expected, key

@@ -167,12 +167,10 @@ def test_cancel_stops_local_jobs_and_run_resumes_them(tmp_path, capsys):
     assert_complete_curves(out, 2)
 
 
-# engine trl on the same tiny jobs: the choices TRL cannot run set to ones it can (recipe/engines/support.py).
+# engine trl on the same tiny jobs: the ScaleRL base (No-Positive-Resampling, forced interruption,
+# prompt-mean CISPO) with PPO-off-policy in place of PipelineRL, as sweeps/loo-trl.yaml.
 TRL_JOB_OVERRIDES = TINY_JOB_OVERRIDES + """\
   engine: {name: trl}
-  aggregation: token_mean
-  curriculum: uniform
-  length_control: none
 """
 
 
