@@ -78,7 +78,8 @@ NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped")
 # Keys added after runs existed, and the value at which a run computes what those runs computed: at
 # that value the key stays out of the id, so a sweep begun before the key existed resumes its jobs.
 ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer.micro_batch_tokens": 0,
-                   "optimizer.gradient_checkpointing": False, "engine.vllm_server_url": "http://localhost:8000"}
+                   "optimizer.gradient_checkpointing": False, "engine.vllm_server_url": "http://localhost:8000",
+                   "engine.vllm_server_devices": 0}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -167,6 +168,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "eval.seed": (0, math.inf, True),
     "checkpoint.every_steps": (1, math.inf, True),
     "max_steps": (0, math.inf, True), "engine.num_processes": (1, math.inf, True),
+    "engine.vllm_server_devices": (0, math.inf, True),
     # Seeds feed numpy and Python generators as well as torch's: numpy takes 0 <= seed < 2^32.
     **{key: (0, MAX_SEED, True) for key in ("seed", "warm_start.seed", "task.data_seed", "eval.seed")},
 }

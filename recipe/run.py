@@ -292,12 +292,15 @@ def devices_held(cfg: RecipeConfig, device: str, gpus: int | None = None) -> int
     - native, synchronous: one GPU, or its torch threads (cores) on CPU;
     - native, PipelineRL: the distinct GPUs its two roles run on (1 when they share a one-GPU machine), or
       generator_devices + trainer_devices cores on CPU;
-    - trl: a GPU per process (engine.num_processes), or each process's torch threads on CPU.
+    - trl: a GPU per process (engine.num_processes), or each process's torch threads on CPU, plus the
+      vLLM server's GPUs with engine.vllm_mode server (engine.vllm_server_devices: they generate for the job;
+      colocated vLLM shares the ranks' GPUs). PipelineRL on trl (TRL's async trainer) is the same sum.
     gpus: the machine's GPU count (default torch.cuda.device_count()).
     """
     per_process = torch.get_num_threads() if str(device) == "cpu" else 1
     if cfg.engine.name == "trl":
-        return cfg.engine.num_processes * per_process
+        server = cfg.engine.vllm_server_devices if cfg.engine.vllm_mode == "server" else 0
+        return cfg.engine.num_processes * per_process + server
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
     if not mode.asynchronous:
         return per_process

@@ -151,6 +151,9 @@ class EngineConfig:
     # trl, vllm_mode server only: the vLLM server's base URL (`trl vllm-serve` or `vllm serve`, started by
     # the user on the generation GPUs). off_policy pipeline_rl on trl (TRL's AsyncGRPOTrainer) needs one.
     vllm_server_url: str = "http://localhost:8000"
+    # trl, vllm_mode server only: the GPUs that server holds. They generate for this job, so the job is
+    # charged for them on top of its trainer ranks (recipe.run.devices_held); >= 1 with a server.
+    vllm_server_devices: int = 0
     # trl only: "none"; "fsdp" (PyTorch FSDP2 through accelerate: parameters, gradients and optimizer state
     # split across the job's processes); "zero3" (DeepSpeed ZeRO-3 through accelerate; needs deepspeed); or
     # the path of an accelerate config file (.yaml/.json, passed as --config_file; relative paths from the

@@ -145,6 +145,9 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
     if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
         raise UnsupportedRecipe(f"engine.vllm_server_url: got {url!r}, expected the vLLM server's base URL, e.g. "
                                 "http://localhost:8000")
+    if recipe["engine"]["vllm_mode"] == "server" and recipe["engine"]["vllm_server_devices"] < 1:
+        raise UnsupportedRecipe("engine.vllm_server_devices: got 0 with engine.vllm_mode server; set it to the GPUs "
+                                "your vLLM server runs on (the job is charged for them: they generate for it)")
     if engine == "native":
         if recipe["engine"]["sharding"] != "none":
             raise UnsupportedRecipe("engine.sharding: only engine trl shards a model; set engine.sharding none "

@@ -142,6 +142,13 @@ def test_kill_9_of_a_role_stops_the_run_naming_it_and_a_rerun_resumes(tiny_overr
     (["off_policy=pipeline_rl", "off_policy.generator_devices=2"], "cpu", 0, 3),
     (["engine.name=trl", *TRL_RUNNABLE, "engine.num_processes=4"], "cuda", 8, 4),
     (["engine.name=trl", *TRL_RUNNABLE, "engine.num_processes=2"], "cpu", 0, "2 x threads"),
+    # vLLM: colocated on the ranks' GPUs, or a server's own GPUs on top of them (PipelineRL on trl too)
+    (["engine.name=trl", *TRL_RUNNABLE, "engine.num_processes=2", "engine.vllm_mode=colocate"], "cuda", 8, 2),
+    (["engine.name=trl", *TRL_RUNNABLE, "engine.num_processes=2", "engine.vllm_mode=server",
+      "engine.vllm_server_devices=2"], "cuda", 8, 4),
+    (["engine.name=trl", "off_policy=pipeline_rl", "engine.vllm_mode=server", "engine.vllm_server_devices=1",
+      "loss=dapo", "aggregation=token_mean", "advantage_norm=prompt", "batch_filter=none", "curriculum=uniform",
+      "length_control=none"], "cuda", 8, 2),
 ])
 def test_a_job_is_charged_for_the_devices_it_holds(overrides, device, gpus, held):
     """One rule for every engine and off-policy mode (recipe.run.devices_held): GPUs held, or cores on CPU."""

@@ -69,8 +69,8 @@ def test_batch_shape_and_off_policy_k_map_to_generation_and_accumulation(tmp_pat
     assert arguments["gradient_accumulation_steps"] == 4 and arguments["steps_per_generation"] == 16
     assert arguments["save_steps"] == 52  # checkpoint.every_steps 50 rounded up to a generation boundary
     assert arguments["scale_rewards"] == "none" and arguments["beta"] == 0.0
-    server = trl_arguments(trl_recipe("engine.vllm_mode=server", "engine.vllm_server_url=http://gen:8001"), tmp_path,
-                           "cpu")
+    server = trl_arguments(trl_recipe("engine.vllm_mode=server", "engine.vllm_server_url=http://gen:8001",
+                                      "engine.vllm_server_devices=1"), tmp_path, "cpu")
     assert server["use_vllm"] and server["vllm_server_base_url"] == "http://gen:8001"
 
 
@@ -462,7 +462,7 @@ def test_one_step_of_two_processes_on_half_the_batch_each_is_one_step_of_one_pro
 
 # PipelineRL-k on trl: TRL's AsyncGRPOTrainer, with the choices it computes itself (support.ASYNC_GRPO_CHOICES).
 ASYNC_BASE = ["engine.name=trl", "off_policy=pipeline_rl", "off_policy.k=4", "engine.vllm_mode=server",
-              "engine.vllm_server_url=http://gen-node:8000", "loss=dapo", "aggregation=token_mean",
+              "engine.vllm_server_url=http://gen-node:8000", "engine.vllm_server_devices=1", "loss=dapo", "aggregation=token_mean",
               "advantage_norm=prompt", "batch_filter=none", "curriculum=uniform", "length_control=none"]
 
 
@@ -491,6 +491,9 @@ def test_pipeline_rl_on_trl_maps_to_trls_async_grpo_trainer_with_staleness_k(tmp
     (["model.dtype=bfloat16", "precision.fp32_head=true"], "precision: fp32_head true with off_policy pipeline_rl"),
     (["engine.vllm_server_url=gen-node:8000"], "engine.vllm_server_url: got 'gen-node:8000', expected the vLLM "
                                                "server's base URL, e.g. http://localhost:8000"),
+    (["engine.vllm_server_devices=0"], "engine.vllm_server_devices: got 0 with engine.vllm_mode server; set it to the "
+                                       "GPUs your vLLM server runs on"),
+    (["engine.vllm_server_devices=-1"], "engine.vllm_server_devices"),
 ])
 def test_pipeline_rl_on_trl_refuses_what_trls_async_trainer_cannot_do_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as error:
