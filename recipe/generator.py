@@ -128,7 +128,7 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         greedy_rows = greedy.to(device=device, dtype=torch.bool)
 
     budgets = length_control.thinking_budgets(B, numpy_rng) if numpy_rng is not None else None
-    phrase = tokenizer.encode(length_control.interruption_phrase, add_special_tokens=False) if budgets is not None else []
+    phrase = [] if budgets is None else tokenizer.encode(length_control.interruption_phrase, add_special_tokens=False)
     close = torch.tensor(tokenizer.encode(THINK_CLOSE, add_special_tokens=False), device=device)
     limit = max_new_tokens
     if budgets is not None:
@@ -206,7 +206,8 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         forced = torch.where(forcing, forced + 1, forced)
         phrase_done = forcing & (forced >= len(phrase))
         forced = torch.where(phrase_done, torch.full_like(forced, -1), forced)
-        answer_left = torch.where(phrase_done, torch.full_like(answer_left, length_control.answer_budget or 0), answer_left)
+        answer_left = torch.where(phrase_done, torch.full_like(answer_left, length_control.answer_budget or 0),
+                                  answer_left)
         thinking &= ~phrase_done
         if budgets is not None:
             start = ~finished & thinking & (forced < 0) & (think_len >= budgets)

@@ -287,7 +287,7 @@ def evaluation_kwargs(cfg: RecipeConfig, c: Components) -> dict:
 
 def devices_held(cfg: RecipeConfig, device: str, gpus: int | None = None) -> int:
     """The devices a job holds, one rule for every engine and off-policy mode: its wall-clock compute is
-    wall-clock x these (README: "Compute").
+    wall-clock x these (README, "Engines"; docs/recipe.md, "Compute and truncation").
 
     - native, synchronous: one GPU, or its torch threads (cores) on CPU;
     - native, PipelineRL: the distinct GPUs its two roles run on (1 when they share a one-GPU machine), or

@@ -1,6 +1,6 @@
 """Typed settings of a training run that are not ablation axes: model, warm start, task, rollout,
 optimizer, evaluation, checkpointing, tracking. Frozen dataclasses, torch-free (the sweep planner
-imports them). Every default is the embedded CPU testbed's (README: "The embedded testbed")."""
+imports them). Every default is the embedded CPU testbed's (docs/testbed.md)."""
 
 from __future__ import annotations
 

@@ -85,7 +85,8 @@ class TrainingJob:
                     f"{run_dir}: max_steps={self.recipe.max_steps} ended before {key} reached {self.target}; "
                     "raise max_steps in the spec's overrides or lower budget.target"
                 )
-            summary = {"step": reached.get("step"), key: reached.get(key), "eval/pass_rate": reached.get("eval/pass_rate"),
+            summary = {"step": reached.get("step"), key: reached.get(key),
+                       "eval/pass_rate": reached.get("eval/pass_rate"),
                        "wall_seconds_this_attempt": time.time() - started}
             mark_done(run_dir, summary)
             return summary

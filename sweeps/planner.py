@@ -2,7 +2,8 @@
 
 Jobs are base x seeds plus, for every axis alternative, variant x seeds; a variant differs from the
 base of the same seed on exactly that axis. A scan (sweeps/scan.py) plans the same way: its reference
-value is the base, every other value a variant "<key>=<value>" that differs in the scanned keys only. A job's id is its recipe's run id (a hash of the resolved
+value is the base, every other value a variant "<key>=<value>" that differs in the scanned keys only.
+A job's id is its recipe's run id (a hash of the resolved
 config), so planning the same spec twice gives the same ids and the same directories.
 """
 
@@ -41,7 +42,8 @@ class Job:
 
 
 def choice_label(value: Any) -> str:
-    """loss: dapo -> "dapo"; {name: pipeline_rl, k: 4} -> "pipeline_rl(k=4)"; {fp32_head: false} -> "fp32_head=false"."""
+    """loss: dapo -> "dapo"; {name: pipeline_rl, k: 4} -> "pipeline_rl(k=4)";
+    {fp32_head: false} -> "fp32_head=false"."""
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping):
@@ -263,9 +265,11 @@ def check_cores(spec: SweepSpec, job: Job) -> None:
     cores = spec.executor.local.cores_per_job
     if sum(roles) > cores:
         raise ConfigError(
-            f"executor.local.cores_per_job: got {cores}, but job {job.variant} runs off_policy {job.recipe.off_policy['name']} "
+            f"executor.local.cores_per_job: got {cores}, but job {job.variant} runs off_policy "
+            f"{job.recipe.off_policy['name']} "
             f"with {roles[0]} generator + {roles[1]} trainer cores; set cores_per_job: {sum(roles)} "
-            f"(and max_parallel to the machine's cores // {sum(roles)}) or lower off_policy.generator_devices/trainer_devices"
+            f"(and max_parallel to the machine's cores // {sum(roles)}) or lower "
+            "off_policy.generator_devices/trainer_devices"
         )
 
 
@@ -293,7 +297,8 @@ def scan_lines(jobs: list[Job]) -> list[str]:
     from sweeps.scan import value_label
 
     values = [value_label(v) for v in sorted({repr(job.scan_value): job.scan_value for job in scanned}.values(),
-                                             key=lambda v: (isinstance(v, str), v if not isinstance(v, str) else 0, str(v)))]
+                                             key=lambda v: (isinstance(v, str), v if not isinstance(v, str) else 0,
+                                                            str(v)))]
     reference = next(job.choice for job in scanned if job.axis == BASE)
     lines = [f"scan {scanned[0].scan_key}: {', '.join(values)}, each against the reference {reference} (the base)"]
     # The embedded model's warm start depends on the model, warm_start and task sections (recipe.warm_start):
@@ -302,7 +307,8 @@ def scan_lines(jobs: list[Job]) -> list[str]:
                repr(job.recipe.task)) for job in scanned if job.recipe.model.path == "embedded"}
     if len(shapes) > 1:
         lines.append(f"warm starts: {len(shapes)}, one per model/warm-start/task setting, each built once "
-                     "(or taken from the package or the cache) and shared by its jobs; `sweep status` shows a build's progress")
+                     "(or taken from the package or the cache) and shared by its jobs; `sweep status` shows a "
+                     "build's progress")
     return lines
 
 

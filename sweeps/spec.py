@@ -219,7 +219,8 @@ def check_executor(executor: ExecutorSpec) -> None:
         if value is not None and not (value and all(c.isalnum() or c in "_-.," for c in value)):
             raise ConfigError(f"executor.slurm.{key}: got {describe_value(value)}, expected a SLURM name (letters, "
                               "digits, '_', '-', '.', ',' between several)")
-    for key in ("gpus_per_node", "cpus_per_task", "time_minutes", "array_parallelism", "signal_delay_s", "max_requeues"):
+    for key in ("gpus_per_node", "cpus_per_task", "time_minutes", "array_parallelism", "signal_delay_s",
+                "max_requeues"):
         minimum = 0 if key in ("gpus_per_node", "max_requeues") else 1
         if getattr(slurm, key) < minimum:
             raise ConfigError(f"executor.slurm.{key}: got {getattr(slurm, key)}, expected >= {minimum}")

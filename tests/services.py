@@ -1,7 +1,7 @@
 """The system services and packages the suite may bring up, and its promise to leave none running.
 
 Installing Debian packages (slurm-wlm, munge, poppler-utils, chromium) from a test run happens only when
-the user asked for it: CI (CI=true) or SCALERL_INSTALL_SYSTEM_PACKAGES=1 (README: "Tests"); otherwise the
+the user asked for it: CI (CI=true) or SCALERL_INSTALL_SYSTEM_PACKAGES=1 (docs/testbed.md); otherwise the
 tests that need a missing package skip with one line saying so. Every daemon a test starts is recorded
 here with its pid; the tests that start one stop it, and tests/conftest.py checks at the end of the
 session that none of them is still alive.

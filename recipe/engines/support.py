@@ -140,7 +140,8 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
     if engine not in ENGINES:
         raise UnsupportedRecipe(f"engine.name: got {engine!r}, expected one of {', '.join(ENGINES)}")
     if recipe["engine"]["vllm_mode"] not in (None, "colocate", "server"):
-        raise UnsupportedRecipe(f"engine.vllm_mode: got {recipe['engine']['vllm_mode']!r}, expected null, colocate or server")
+        raise UnsupportedRecipe(f"engine.vllm_mode: got {recipe['engine']['vllm_mode']!r}, expected null, colocate "
+                                "or server")
     url = recipe["engine"]["vllm_server_url"]
     if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
         raise UnsupportedRecipe(f"engine.vllm_server_url: got {url!r}, expected the vLLM server's base URL, e.g. "
@@ -156,7 +157,8 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
             raise UnsupportedRecipe("engine.vllm_mode: only engine trl uses it; set it to null for engine native")
         if recipe["engine"]["num_processes"] != 1:
             raise UnsupportedRecipe("engine.num_processes: the native engine runs one process per role; "
-                                    "set engine.num_processes 1 (use off_policy pipeline_rl's *_devices to split roles) "
+                                    "set engine.num_processes 1 (use off_policy pipeline_rl's *_devices to split "
+                                    "roles) "
                                     "or engine.name trl for accelerate-launched multi-GPU training")
         return
     choices = axis_choices(recipe)
@@ -190,7 +192,8 @@ def check_async_grpo(recipe: Mapping[str, Any], choices: Mapping[str, str]) -> N
                                 "`trl vllm-serve`), or use off_policy ppo_off_policy, or engine native")
     for axis, allowed in ASYNC_GRPO_CHOICES.items():
         if choices[axis] not in allowed:
-            raise UnsupportedRecipe(f"{axis}: {choices[axis]} with off_policy pipeline_rl cannot run on engine trl (TRL's "
+            raise UnsupportedRecipe(f"{axis}: {choices[axis]} with off_policy pipeline_rl cannot run on engine trl "
+                                    "(TRL's "
                                     "AsyncGRPOTrainer computes its own loss and advantages and samples its own "
                                     f"prompts); set {axis} {' or '.join(allowed)}, or off_policy ppo_off_policy, or "
                                     "engine native")

@@ -540,7 +540,9 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         if curriculum is not None and "curriculum" in state:  # checkpoints before the curriculum was ours: none
             curriculum.load_state_dict(state["curriculum"])
         step0 = state["step"]
-    tracker = Tracker(run_dir, cfg.tracking, to_dict(cfg), run_id(cfg), None if resume_from is None else step0) if main else None
+    tracker = None
+    if main:
+        tracker = Tracker(run_dir, cfg.tracking, to_dict(cfg), run_id(cfg), None if resume_from is None else step0)
     eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
     eval_kwargs = evaluation_kwargs(cfg, components)
     k = cfg.off_policy["k"]

@@ -227,7 +227,8 @@ def test_a_sharded_bf16_body_gets_bf16_embeddings_even_with_trls_tied_fp32_head_
                                            "precision.fp32_head=true"))
     model, tokenizer = load_model_dir(tmp_path / "tied", "bfloat16")
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
-    build_trainer(cfg, model, tokenizer, build_task(cfg.task, tokenizer), build_components(cfg), tmp_path / "trl", "cpu")
+    build_trainer(cfg, model, tokenizer, build_task(cfg.task, tokenizer), build_components(cfg), tmp_path / "trl",
+                  "cpu")
     embeddings = model.get_input_embeddings()
     tokens = torch.tensor([[5, 6, 7]])
     with torch.no_grad():
@@ -462,7 +463,8 @@ def test_one_step_of_two_processes_on_half_the_batch_each_is_one_step_of_one_pro
 
 # PipelineRL-k on trl: TRL's AsyncGRPOTrainer, with the choices it computes itself (support.ASYNC_GRPO_CHOICES).
 ASYNC_BASE = ["engine.name=trl", "off_policy=pipeline_rl", "off_policy.k=4", "engine.vllm_mode=server",
-              "engine.vllm_server_url=http://gen-node:8000", "engine.vllm_server_devices=1", "loss=dapo", "aggregation=token_mean",
+              "engine.vllm_server_url=http://gen-node:8000", "engine.vllm_server_devices=1", "loss=dapo",
+              "aggregation=token_mean",
               "advantage_norm=prompt", "batch_filter=none", "curriculum=uniform", "length_control=none"]
 
 

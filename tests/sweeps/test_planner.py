@@ -90,7 +90,8 @@ def test_sweep_plan_prints_the_table_without_importing_torch():
     job_lines = [line for line in lines[1:] if re.fullmatch(r"[0-9a-f]{12}", line.split(" ")[0])]
     seeds = len(load_spec(LOO).seeds)
     assert [line.split()[1] for line in job_lines] == [axis for _ in range(seeds) for axis, _, _ in GOLDEN_LOO]
-    assert f"{len(GOLDEN_LOO) * seeds} jobs: {len(GOLDEN_LOO)} variants x {seeds} seed(s); executor local" in result.stdout
+    expected = f"{len(GOLDEN_LOO) * seeds} jobs: {len(GOLDEN_LOO)} variants x {seeds} seed(s); executor local"
+    assert expected in result.stdout
 
 
 # Shipped sweep specs; the tune specs (tune*.yaml) are loaded by tests/sweeps/test_tune_spec.py.
@@ -155,7 +156,7 @@ def test_plan_verbose_shows_the_accelerate_command_of_a_multi_gpu_trl_job():
            "--main_process_port <free port> --mixed_precision no --dynamo_backend no -m recipe.engines.trl " \
            f"{jobs[0].run_dir}\n  accelerate config: " in text
     local = spec(overrides=overrides, executor={"name": "local", "local": {"cores_per_job": 4}})
-    assert f"--num_processes 4 --num_machines 1 --main_process_port <free port> --mixed_precision no" \
+    assert "--num_processes 4 --num_machines 1 --main_process_port <free port> --mixed_precision no" \
            in format_plan(local, plan_sweep(local), verbose=True)
     sharded = spec(overrides={**overrides, "engine": {"name": "trl", "num_processes": 1, "sharding": "fsdp"}},
                    executor={"name": "slurm", "slurm": {"gpus_per_node": 0}})
