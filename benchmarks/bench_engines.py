@@ -3,9 +3,13 @@
     .venv/bin/python benchmarks/bench_engines.py [--rounds 3] [--steps 20] [--warmup 3] [--threads 2]
         [--out benchmarks/out/bench_engines.json] [key=value ...]
 
-Each round runs the native engine then the trl engine, each in a fresh process (`--child ENGINE`),
-on the nearest recipe to ScaleRL that TRL can run (TRL_RECIPE below, plus any key=value overrides):
-32 prompts x 8 samples a step, the cached embedded warm start, seed 0. A child calls
+Each round runs the native engine, the trl engine, then (with --processes 2) the trl engine as 2
+processes of 1 thread each (accelerate launch, gloo: one step split over two ranks), each in a fresh
+process (`--child ENGINE`), on the ScaleRL base with PPO-off-policy-8 in place of PipelineRL-8 (TRL
+runs PipelineRL only on GPUs with vLLM; BASE_ON_CPU below, plus any key=value overrides): 32 prompts x
+8 samples a step, the cached embedded warm start, seed 0. The 2-process child is timed by the meter
+(the step wall-clock the engine records), read at the evaluations it makes at the window's two ends:
+its steps run in the launched processes, where no on_step callback of this process can see them. A child calls
 recipe.engines.train for W + N steps with evaluation only at step 0 and at the end (outside the
 timed window: it runs after the last step's on_step) and times the N steps after the W warm-up
 steps from the on_step callbacks (wall-clock) and the ComputeMeter the engine fills (CPU-seconds,
@@ -31,9 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TRL_RECIPE = ["aggregation=token_mean", "curriculum=uniform",
-              "length_control={name: length_penalty, max_length: 24, cache_length: 8}",
-              "off_policy={name: ppo_off_policy, k: 8}", "seed=0", "tracking.mlflow=false"]
+BASE_ON_CPU = ["off_policy={name: ppo_off_policy, k: 8}", "seed=0", "tracking.mlflow=false"]
+CHILDREN = ("native", "trl", "trl2")  # trl2: the trl engine as 2 processes of 1 thread
 
 
 def child(engine: str, args) -> dict:
@@ -45,9 +48,14 @@ def child(engine: str, args) -> dict:
     from recipe.run import model_directory
 
     total = args.warmup + args.steps
-    cfg = load_recipe(None, [*TRL_RECIPE, *args.overrides, f"engine.name={engine}", f"max_steps={total}",
-                             f"eval.every_steps={total}", "eval.points_per_doubling=0", "eval.greedy=false"])
+    processes = 2 if engine == "trl2" else 1
+    every = args.warmup if processes > 1 else total  # trl2: records at both ends of the window (see above)
+    cfg = load_recipe(None, [*BASE_ON_CPU, *args.overrides, f"engine.name={'trl' if engine == 'trl2' else engine}",
+                             f"engine.num_processes={processes}", f"max_steps={total}", f"eval.every_steps={every}",
+                             "eval.points_per_doubling=0", "eval.greedy=false"])
     model_directory(cfg)  # the cached warm start; never built inside the timed window
+    if processes > 1:
+        return launched_child(engine, cfg, args)
     marks = {}
 
     def on_step(step, meter):
@@ -67,6 +75,25 @@ def child(engine: str, args) -> dict:
             "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
+def launched_child(engine: str, cfg, args) -> dict:
+    """The trl engine under accelerate launch, timed from the meter's records at steps warmup and warmup + steps."""
+    from recipe.engines import train
+
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix=f"bench_engines_{engine}_") as run_dir:
+        records = {r["step"]: r for r in train(cfg, run_dir, device="cpu")}
+    first, last = records[args.warmup], records[args.warmup + args.steps]
+    seconds, n = last["compute/wall_seconds"] - first["compute/wall_seconds"], args.steps
+    generated = last["compute/tokens"] - first["compute/tokens"]
+    trained = last["compute/trained_tokens"] - first["compute/trained_tokens"]
+    return {"engine": engine, "s_per_step": seconds / n,
+            "cpu_s_per_step": (last["compute/cpu_seconds"] - first["compute/cpu_seconds"]) / n,
+            "completions_per_s": (last["compute/samples"] - first["compute/samples"]) / seconds,
+            "generated_tokens_per_step": generated / n, "trained_tokens_per_step": trained / n,
+            "tokens_per_s": (generated + trained) / seconds,
+            "load_before": load_before, "load_after": os.getloadavg()[0]}
+
+
 def cpu_model() -> str:
     """The CPU's model name, as benchmarks/bench_speed.py reads it (run as a script, benchmarks/ is on sys.path)."""
     from bench_speed import cpu_model as read_cpu_model
@@ -81,7 +108,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "bench_engines.json"))
-    parser.add_argument("--child", choices=("native", "trl"))
+    parser.add_argument("--child", choices=CHILDREN)
+    parser.add_argument("--processes", type=int, choices=(1, 2), default=1,
+                        help="2: also time the trl engine as 2 processes of 1 thread each")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
     if args.warmup < 1:
@@ -89,12 +118,14 @@ def main(argv=None) -> int:
     if args.child:
         print(json.dumps(child(args.child, args)), flush=True)
         return 0
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    engines = CHILDREN if args.processes == 2 else CHILDREN[:2]
     runs = []
     for round_ in range(args.rounds):
-        for engine in ("native", "trl"):
+        for engine in engines:
+            threads = 1 if engine == "trl2" else args.threads  # 2 processes share the cores
+            env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
             command = [sys.executable, __file__, "--child", engine, "--steps", str(args.steps), "--warmup",
-                       str(args.warmup), "--threads", str(args.threads), *args.overrides]
+                       str(args.warmup), "--threads", str(threads), *args.overrides]
             print(f"round {round_ + 1}/{args.rounds}: {engine}", file=sys.stderr, flush=True)
             done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
             if done.returncode != 0:
@@ -104,10 +135,10 @@ def main(argv=None) -> int:
             print(json.dumps(runs[-1]), flush=True)
     summary = {"date": datetime.now(timezone.utc).isoformat(timespec="minutes"), "cpu": cpu_model(),
                "cores": os.cpu_count(), "threads": args.threads, "rounds": args.rounds, "steps": args.steps,
-               "warmup": args.warmup, "recipe": [*TRL_RECIPE, *args.overrides]}
+               "warmup": args.warmup, "recipe": ["scalerl base", *BASE_ON_CPU, *args.overrides]}
     keys = ("s_per_step", "cpu_s_per_step", "completions_per_s", "generated_tokens_per_step",
             "trained_tokens_per_step", "tokens_per_s")
-    for engine in ("native", "trl"):
+    for engine in engines:
         mine = [run for run in runs if run["engine"] == engine]
         summary[engine] = {key: statistics.median(run[key] for run in mine) for key in keys}
         summary[engine]["load"] = [min(r["load_before"] for r in mine), max(r["load_after"] for r in mine)]
@@ -115,9 +146,12 @@ def main(argv=None) -> int:
     summary["native_vs_trl_s_per_step"] = summary["trl"]["s_per_step"] / summary["native"]["s_per_step"]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({**summary, "runs": runs}, indent=1))
-    print(f"\n{'median of ' + str(args.rounds) + ' rounds':<28}{'native':>12}{'trl':>12}")
+    print(f"\n{'median of ' + str(args.rounds) + ' rounds':<28}" + "".join(f"{engine:>12}" for engine in engines))
     for key in keys:
-        print(f"{key:<28}{summary['native'][key]:>12.3f}{summary['trl'][key]:>12.3f}")
+        print(f"{key:<28}" + "".join(f"{summary[engine][key]:>12.3f}" for engine in engines))
+    if "trl2" in summary:
+        print(f"trl, 2 processes x 1 thread vs 1 process x {args.threads}: "
+              f"{summary['trl2']['s_per_step'] / summary['trl']['s_per_step']:.2f}x the time per step")
     print(f"native vs trl: {summary['native_vs_trl_s_per_step']:.2f}x per step, "
           f"{summary['native_vs_trl_tokens_per_s']:.2f}x tokens/s ({summary['cpu']}, {args.threads} threads)")
     return 0
