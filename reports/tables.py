@@ -26,6 +26,7 @@ import pandas as pd
 from reports import schema
 from reports.sweep_data import SweepData
 from reports.text import aligned_lines, sig3
+from reports.verdicts import verdict_why
 
 DEFAULT_N_BOOT = 500  # bootstrap draws per interval: ~1 s per variant on the 2-core reference machine
 
@@ -347,7 +348,9 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                 c = comparison.variants[name]
                 row.update(B_fixed_A=c.fixed_a_fit.b, B_fixed_A_lo=c.b_fixed_ci[0], B_fixed_A_hi=c.b_fixed_ci[1],
                            delta_A=c.delta_a, delta_B=c.delta_b, verdict=c.verdict, direction=c.direction or "",
-                           reason=c.reason, ceiling_identifiable=c.ceiling_identifiable,
+                           reason=verdict_why(c.verdict, c.direction, c.effects, ceiling_budget=c.ceiling_budget,
+                                              a_pinned=_a_pinned(fits, name), fallback=c.reason),
+                           ceiling_identifiable=c.ceiling_identifiable,
                            ceiling_budget=c.ceiling_budget)
                 for quantity, prefix in EFFECT_COLUMNS.items():
                     effect = c.effects.get(quantity)
@@ -365,6 +368,15 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                        shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "",
                        noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "")
     return frame
+
+
+def _a_pinned(fits: SweepFits, name: str) -> str | None:
+    """Why A cannot be called although its interval clears the margin, when a bootstrap A interval reaches its
+    bound (the a_interval_at_bound of fitting.seeds.seed_verdicts); None: the reason is the fit window."""
+    at_bound = {n for n, v in fits.variants.items() if "a_ci_at_bound" in v.boot.flags}
+    if name in at_bound:
+        return "its A interval reaches a bound"
+    return "the base's A interval reaches a bound" if schema.BASE in at_bound else None
 
 
 # paired effect (fitting.seeds) -> LOO table column prefix; reach columns hold ln(C_variant / C_base)
