@@ -9,7 +9,8 @@ Forced interruption (length control): when a sample has thought for its budget w
 `</think>`, the phrase's tokens are fed instead of samples (loss mask 0, logprob 0), then the model
 answers for at most `answer_budget` tokens. The response layout is [prompt, left-padded | response,
 right-padded]; positions come from the attention mask, so the trainer's single forward pass over
-the same tensors sees exactly what the generator saw.
+the same tensors sees exactly what the generator saw. RowState holds each row's place in that
+state machine as (B,) tensors.
 
 The G samples of a prompt share its prefill (the body runs once per distinct prompt) and, in the
 decode steps, its keys and values (recipe/prefix_attention.py: each row's cache holds its response
@@ -19,7 +20,12 @@ row instead, the path for models that attention function does not serve).
 Rows that finished (<eos>, or out of answer budget) leave the decode batch once they are an eighth
 of it (COMPACT_FRACTION): the KV cache keeps only the active rows, so the body, the head and
 sampling stop spending work on finished ones (~16% of a generate call on the testbed, where
-answers end at 11 or 14 tokens of 15). Their later tokens are padding, as before.
+answers end at 11 or 14 tokens of 15). Their later tokens are padding, as before. DecodeBatch
+owns that side: the prefill, the cache (shared prefix or gathered), the active rows.
+
+`generate`'s loop is then, per step: decode (pick_tokens on the active rows), force (RowState: the
+tokens the rows emit, and each row moved on), compact (DecodeBatch drops finished rows and feeds the
+tokens to the model).
 
 In-flight weight updates (PipelineRL): `on_decode_step` is called before the prefill and before
 every decode step; it may load new weights into the model in place and returns the policy version
@@ -96,6 +102,165 @@ def inverse_cdf_sample(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tenso
 COMPACT_FRACTION = 0.125
 
 
+class RowState:
+    """Where each of B rows stands in thinking -> [forced phrase -> answer] -> finished: (B,) tensors.
+
+    A vectorised per-row decode state with a queue of forced tokens (as nanochat's RowState): the queue
+    is the interruption phrase and `phrase_at` each row's place in it (-1: nothing queued). A row thinks
+    until `</think>` closes (sampled, or the phrase's last tokens). Once it has sampled `budget`
+    thinking tokens without closing, the phrase is queued; its tokens replace the samples (loss mask 0,
+    logprob 0), and then the row answers for at most `answer_budget` sampled tokens (`truncated` when
+    they run out). <eos> sampled anywhere finishes a row; a finished row emits <pad>. Without budgets
+    (no interruption) only <eos> finishes a row and the thinking bookkeeping is skipped.
+
+    Each step: `force(token)` gives the tokens the rows emit and which of them are their own samples;
+    `advance(token, sampled, recent)` moves every row on by what it emitted.
+    """
+
+    def __init__(self, B: int, *, eos: int, pad: int, close: list[int], phrase: list[int] | None = None,
+                 budgets=None, answer_budget: int | None = None, device=None) -> None:
+        """budgets: (B,) thinking budgets in sampled tokens, or None (no interruption); phrase: its token ids."""
+        self.eos, self.pad = eos, pad
+        self.close = torch.tensor(close, dtype=torch.long, device=device)[:, None]  # (k, 1): against (k, B)
+        self.phrase = torch.tensor(phrase or [], dtype=torch.long, device=device)
+        self.budgets = None if budgets is None else torch.as_tensor(budgets, device=device)
+        self.answer_budget = answer_budget or 0
+        self.finished = torch.zeros(B, dtype=torch.bool, device=device)
+        self.truncated = torch.zeros(B, dtype=torch.bool, device=device)  # stopped by the answer budget
+        self.interrupted = torch.zeros(B, dtype=torch.bool, device=device)
+        self.lengths = torch.zeros(B, dtype=torch.long, device=device)  # emitted tokens, forced ones included
+        self.thinking = torch.ones(B, dtype=torch.bool, device=device)
+        self.think_len = torch.zeros(B, dtype=torch.long, device=device)  # sampled thinking tokens
+        self.phrase_at = torch.full((B,), -1, dtype=torch.long, device=device)
+        self.answer_left = torch.full((B,), -1, dtype=torch.long, device=device)  # after an interruption only
+
+    def interrupted_width(self) -> int:
+        """The most tokens an interrupted row can emit: the largest budget, the phrase and the answer."""
+        if self.budgets is None:
+            return 0
+        return int(self.budgets.max()) + len(self.phrase) + self.answer_budget
+
+    def force(self, token: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B,) sampled tokens -> the (B,) tokens emitted (queued phrase tokens, <pad> once finished), and
+        the (B,) mask of rows whose emitted token is their own sample."""
+        forcing = self.phrase_at >= 0
+        if self.budgets is not None and bool(forcing.any()):
+            token = torch.where(forcing, self.phrase[self.phrase_at.clamp_min(0)], token)
+        return token.masked_fill(self.finished, self.pad), ~self.finished & ~forcing
+
+    def advance(self, token: torch.Tensor, sampled: torch.Tensor, recent: torch.Tensor) -> None:
+        """Move every row on by its emitted token; recent (k, B): the last k = len(close) tokens emitted,
+        this one included (fewer in the first steps)."""
+        self.lengths += ~self.finished
+        self.finished |= sampled & (token == self.eos)
+        if self.budgets is None:
+            return
+        if recent.shape[0] == self.close.shape[0]:
+            self.thinking &= ~(recent == self.close).all(dim=0)
+        self.think_len += self.thinking & sampled
+        self.answer_left -= (sampled & (self.answer_left >= 0)).long()
+        # The queue advances; a row past the phrase's last token stops thinking and starts its answer budget.
+        forcing = self.phrase_at >= 0
+        self.phrase_at += forcing
+        phrase_done = forcing & (self.phrase_at >= len(self.phrase))
+        self.phrase_at.masked_fill_(phrase_done, -1)
+        self.answer_left.masked_fill_(phrase_done, self.answer_budget)
+        self.thinking &= ~phrase_done
+        start = ~self.finished & self.thinking & (self.phrase_at < 0) & (self.think_len >= self.budgets)
+        self.phrase_at.masked_fill_(start, 0)
+        self.interrupted |= start
+        out_of_answer = ~self.finished & (self.answer_left == 0)
+        self.truncated |= out_of_answer
+        self.finished |= out_of_answer
+
+
+class DecodeBatch:
+    """The model's side of decoding: the prompts' prefill, the rows still in its batch and their KV cache.
+
+    The prompts' keys and values stay once per distinct prompt (SharedPrefixCache) and each row's own
+    are its response's; for a model the shared-prefix attention does not serve, the prompt cache is
+    gathered to the B rows and an attention mask is kept. `active` (A,) are the rows still in the
+    model's batch: finished rows leave it once they are a COMPACT_FRACTION of it.
+    """
+
+    def __init__(self, model, distinct_ids, distinct_mask, row_prompt, *, shared_prefix_decoding: bool,
+                 limit: int) -> None:
+        """Prefill the U distinct prompts (distinct_ids (U, P)) for rows row_prompt (B,); `hidden` (B, D)."""
+        from transformers import DynamicCache
+
+        self.model, self.parts = model, lm_parts(model)
+        self.cache = DynamicCache()
+        with self.parts.autocast():
+            out = self.parts.body(input_ids=distinct_ids, attention_mask=distinct_mask,
+                                  position_ids=positions_from_mask(distinct_mask), past_key_values=self.cache,
+                                  use_cache=True)
+        self.hidden = out.last_hidden_state[:, -1][row_prompt]
+        prompt_mask = distinct_mask[row_prompt]
+        B, P = prompt_mask.shape
+        self.shared_prefix, self.attention_mask = None, None
+        if shared_prefix_decoding and supports_shared_prefix(model):
+            self.shared_prefix = SharedPrefixCache(self.cache, distinct_mask, row_prompt)
+        else:  # the per-row cache's mask (B, P + limit): the first `width` columns are the tokens so far
+            if len(distinct_ids) < B:
+                self.cache.batch_select_indices(row_prompt)
+            self.attention_mask = torch.cat([prompt_mask, prompt_mask.new_ones(B, limit)], dim=1)
+        self.width = P
+        self.next_position = positions_from_mask(prompt_mask)[:, -1] + 1
+        self.active = torch.arange(B, device=prompt_mask.device)
+        self.B = B
+
+    def widen(self, values: torch.Tensor, fill) -> torch.Tensor:
+        """(A,) values of the active rows -> (B,), `fill` on the rows that left the batch."""
+        if len(self.active) == self.B:
+            return values
+        return values.new_full((self.B,), fill).index_copy_(0, self.active, values)
+
+    def compact(self, finished: torch.Tensor) -> None:
+        """Drop the finished rows (finished (B,)) once they are a COMPACT_FRACTION of the batch."""
+        still = ~finished[self.active]
+        if len(self.active) - int(still.sum()) >= COMPACT_FRACTION * len(self.active):
+            keep = still.nonzero().squeeze(-1)
+            if self.shared_prefix is None:
+                self.cache.batch_select_indices(keep)
+            else:
+                self.shared_prefix.select(keep)
+            self.active = self.active[still]
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        """Feed each active row its token (token (B,)); returns the next hidden states (A, D)."""
+        rows = self.active
+        self.width += 1
+        with self.parts.autocast():
+            if self.shared_prefix is None:
+                out = self.parts.body(input_ids=token[rows, None],
+                                      attention_mask=self.attention_mask[rows, :self.width],
+                                      position_ids=self.next_position[rows, None], past_key_values=self.cache,
+                                      use_cache=True)
+            else:  # no mask: a decode row attends to all of its keys
+                with shared_prefix_attention_on(self.model):
+                    out = self.parts.body(input_ids=token[rows, None], position_ids=self.next_position[rows, None],
+                                          use_cache=False, shared_prefix=self.shared_prefix)
+        self.next_position += 1
+        return out.last_hidden_state[:, -1]
+
+
+def pick_tokens(logits: torch.Tensor, temperature: float, greedy: bool | torch.Tensor,
+                uniform: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A,) tokens and their float32 logprobs under softmax(logits / temperature), logits (A, V).
+
+    greedy: True takes the argmax; an (A,) bool tensor takes it on its True rows and draws the others
+    (inverse_cdf_sample of `uniform` (A,)); False draws every row.
+    """
+    logp_all = torch.log_softmax(logits / temperature, dim=-1)
+    if isinstance(greedy, torch.Tensor):  # some rows greedy, the rest sampled: one batch for both
+        token = torch.where(greedy, logp_all.argmax(dim=-1), inverse_cdf_sample(logp_all, uniform))
+    elif greedy:
+        token = logp_all.argmax(dim=-1)
+    else:
+        token = inverse_cdf_sample(logp_all, uniform)
+    return token, logp_all.gather(-1, token[:, None]).squeeze(-1).float()
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], *, precision, length_control, max_new_tokens: int,
              temperature: float = 1.0, greedy: bool | torch.Tensor = False, torch_rng: torch.Generator | None = None,
@@ -106,20 +271,14 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     greedy: True takes the argmax token everywhere; a (B,) bool tensor takes it on its True rows
     and samples the others (evaluation runs its greedy and sampled answers as one batch).
     """
-    from transformers import DynamicCache
-
     device = next(model.parameters()).device
-    parts = lm_parts(model)
-    # G samples of a prompt share its prefill: the body runs once per distinct prompt and the KV
-    # cache is gathered to the B rows (the same values for a fraction of the work).
+    # G samples of a prompt share its prefill: the body runs once per distinct prompt.
     distinct = {prompt: index for index, prompt in enumerate(dict.fromkeys(prompts))}
     row_prompt = torch.tensor([distinct[prompt] for prompt in prompts], device=device)
     encoded = tokenizer(list(distinct), padding=True, return_tensors="pt")
     distinct_ids, distinct_mask = encoded.input_ids.to(device), encoded.attention_mask.to(device)
     input_ids, prompt_mask = distinct_ids[row_prompt], distinct_mask[row_prompt]
-    attention_mask = prompt_mask
     B, P = input_ids.shape
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     greedy_rows = None
     if isinstance(greedy, torch.Tensor):
         if greedy.shape != (B,):
@@ -128,131 +287,58 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         greedy_rows = greedy.to(device=device, dtype=torch.bool)
 
     budgets = length_control.thinking_budgets(B, numpy_rng) if numpy_rng is not None else None
-    phrase = [] if budgets is None else tokenizer.encode(length_control.interruption_phrase, add_special_tokens=False)
-    close = torch.tensor(tokenizer.encode(THINK_CLOSE, add_special_tokens=False), device=device)
-    limit = max_new_tokens
-    if budgets is not None:
-        budgets = torch.as_tensor(budgets, device=device)
-        # The interruption must be able to finish: phrase + answer after the largest budget.
-        limit = max(limit, int(budgets.max()) + len(phrase) + length_control.answer_budget)
-    phrase = torch.tensor(phrase, device=device, dtype=torch.long)
+    rows = RowState(B, eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id,
+                    close=tokenizer.encode(THINK_CLOSE, add_special_tokens=False),
+                    phrase=None if budgets is None else tokenizer.encode(length_control.interruption_phrase,
+                                                                         add_special_tokens=False),
+                    budgets=budgets, answer_budget=length_control.answer_budget, device=device)
+    # The interruption must be able to finish: phrase + answer after the largest budget.
+    limit = max(max_new_tokens, rows.interrupted_width())
     # One uniform per row and position, drawn before decoding: row r's t-th token is decided by
     # uniforms[r, t] whatever the other rows do (finished rows leave the batch; see inverse_cdf_sample).
     uniforms = torch.rand(B, limit, generator=torch_rng, device=device)
-
-    # Per-sequence state. forced: index into the phrase being fed (-1: not forcing).
-    finished = torch.zeros(B, dtype=torch.bool, device=device)
-    thinking = torch.ones(B, dtype=torch.bool, device=device)
-    think_len = torch.zeros(B, dtype=torch.long, device=device)
-    forced = torch.full((B,), -1, dtype=torch.long, device=device)
-    answer_left = torch.full((B,), -1, dtype=torch.long, device=device)  # after an interruption only
-    interrupted = torch.zeros(B, dtype=torch.bool, device=device)
-    truncated = torch.zeros(B, dtype=torch.bool, device=device)
-    lengths = torch.zeros(B, dtype=torch.long, device=device)
-    tokens, logprobs, sampled_masks, versions = [], [], [], []
+    # What each step emits, by step (limit, B): a step writes one contiguous row.
+    emitted = torch.empty(limit, B, dtype=torch.long, device=device)
+    logprobs = torch.empty(limit, B, dtype=torch.float32, device=device)
+    loss_mask = torch.empty(limit, B, dtype=torch.bool, device=device)
+    versions = []
     version = on_decode_step() if on_decode_step is not None else policy_version
 
-    cache = DynamicCache()
-    with parts.autocast():
-        out = parts.body(input_ids=distinct_ids, attention_mask=distinct_mask,
-                         position_ids=positions_from_mask(distinct_mask), past_key_values=cache, use_cache=True)
-    hidden = out.last_hidden_state[:, -1][row_prompt]
-    # Decode steps: the prompts' keys and values stay once per distinct prompt (SharedPrefixCache) and
-    # each row's own keys are its response's; for a model the shared-prefix attention does not serve,
-    # the prompt cache is gathered to the B rows.
-    shared_prefix = None
-    if shared_prefix_decoding and supports_shared_prefix(model):
-        shared_prefix = SharedPrefixCache(cache, distinct_mask, row_prompt)
-    elif len(distinct) < B:
-        cache.batch_select_indices(row_prompt)
-    next_position = positions_from_mask(attention_mask)[:, -1] + 1
-    # Rows still in the model's batch (A of them): finished rows leave it once they are a
-    # COMPACT_FRACTION of it, so the body, the head and sampling stop spending work on them. The
-    # per-row state below stays full width (B); only the model's inputs are the active rows.
-    active = torch.arange(B, device=device)
+    batch = DecodeBatch(model, distinct_ids, distinct_mask, row_prompt, shared_prefix_decoding=shared_prefix_decoding,
+                        limit=limit)
+    hidden, close_len = batch.hidden, rows.close.shape[0]
     for t in range(limit):
-        logits = precision.head_logits(hidden, parts.head.weight, parts.head.bias)  # (A, V), head dtype
-        logp_all = torch.log_softmax(logits / temperature, dim=-1)
-        if greedy_rows is not None:  # some rows greedy, the rest sampled: one batch for both
-            drawn = inverse_cdf_sample(logp_all, uniforms[active, t])
-            token_active = torch.where(greedy_rows[active], logp_all.argmax(dim=-1), drawn)
-        elif greedy:
-            token_active = logp_all.argmax(dim=-1)
-        else:
-            token_active = inverse_cdf_sample(logp_all, uniforms[active, t])
-        logp_active = logp_all.gather(-1, token_active[:, None]).squeeze(-1).float()
-        token = torch.full((B,), pad, dtype=torch.long, device=device).index_copy_(0, active, token_active)
-        logp = torch.zeros(B, device=device).index_copy_(0, active, logp_active)
-
-        forcing = forced >= 0
-        if forcing.any():
-            token = torch.where(forcing, phrase[forced.clamp_min(0)], token)
-        sampled = ~finished & ~forcing
-        token = torch.where(finished, torch.full_like(token, pad), token)
-        tokens.append(token)
-        logprobs.append(torch.where(sampled, logp, torch.zeros_like(logp)))
-        sampled_masks.append(sampled)
+        # Decode: the active rows' next tokens, then widened to all B rows.
+        logits = precision.head_logits(hidden, batch.parts.head.weight, batch.parts.head.bias)  # (A, V), head dtype
+        pick_greedy = greedy if greedy_rows is None else greedy_rows[batch.active]
+        uniform = None if greedy_rows is None and greedy else uniforms[batch.active, t]
+        token, logp = pick_tokens(logits, temperature, pick_greedy, uniform)
+        # Force: queued phrase tokens replace samples, finished rows emit <pad>; only samples are trained on.
+        token, sampled = rows.force(batch.widen(token, rows.pad))
+        emitted[t], loss_mask[t] = token, sampled
+        logprobs[t] = batch.widen(logp, 0.0).where(sampled, 0.0)
         versions.append(version)
-        lengths += (~finished).long()
-
-        # Thinking ends at </think> (sampled or the phrase's last tokens).
-        if len(tokens) >= len(close):
-            recent = torch.stack(tokens[-len(close):], dim=1)
-            thinking &= ~(recent == close).all(dim=1)
-        think_len += (thinking & sampled).long()
-        answer_left -= (sampled & (answer_left >= 0)).long()
-        finished |= sampled & (token == eos)
-        # An active interruption advances; when the phrase is done, the answer budget starts.
-        forced = torch.where(forcing, forced + 1, forced)
-        phrase_done = forcing & (forced >= len(phrase))
-        forced = torch.where(phrase_done, torch.full_like(forced, -1), forced)
-        answer_left = torch.where(phrase_done, torch.full_like(answer_left, length_control.answer_budget or 0),
-                                  answer_left)
-        thinking &= ~phrase_done
-        if budgets is not None:
-            start = ~finished & thinking & (forced < 0) & (think_len >= budgets)
-            forced = torch.where(start, torch.zeros_like(forced), forced)
-            interrupted |= start
-        out_of_answer = ~finished & (answer_left == 0)
-        truncated |= out_of_answer
-        finished |= out_of_answer
-        if bool(finished.all()) or t == limit - 1:
+        rows.advance(token, sampled, emitted[max(t + 1 - close_len, 0):t + 1])
+        if bool(rows.finished.all()) or t == limit - 1:
             break
-        if shared_prefix is None:  # the per-row cache's mask; the shared-prefix attention reads none
-            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-        still = ~finished[active]
-        if int((~still).sum()) >= COMPACT_FRACTION * len(active):
-            keep = still.nonzero().squeeze(-1)
-            if shared_prefix is None:
-                cache.batch_select_indices(keep)
-            else:
-                shared_prefix.select(keep)
-            active = active[still]
+        # Compact, then feed the emitted tokens (new weights, if any, apply from this forward pass on).
+        batch.compact(rows.finished)
         if on_decode_step is not None:
-            version = on_decode_step()  # new weights apply from this forward pass on
-        with parts.autocast():
-            if shared_prefix is None:
-                out = parts.body(input_ids=token[active, None], attention_mask=attention_mask[active],
-                                 position_ids=next_position[active, None], past_key_values=cache, use_cache=True)
-            else:  # no mask: a decode row attends to all of its keys
-                with shared_prefix_attention_on(model):
-                    out = parts.body(input_ids=token[active, None], position_ids=next_position[active, None],
-                                     use_cache=False, shared_prefix=shared_prefix)
-        hidden = out.last_hidden_state[:, -1]
-        next_position = next_position + 1
-    truncated |= ~finished
+            version = on_decode_step()
+        hidden = batch.step(token)
 
-    response = torch.stack(tokens, dim=1)
-    valid = torch.arange(response.shape[1], device=device)[None, :] < lengths[:, None]
+    T = len(versions)
+    response = emitted[:T].T.contiguous()
+    valid = torch.arange(T, device=device)[None, :] < rows.lengths[:, None]
     return Rollout(
         input_ids=torch.cat([input_ids, response], dim=1),
         attention_mask=torch.cat([prompt_mask, valid.long()], dim=1),
         prompt_width=P,
-        loss_mask=torch.stack(sampled_masks, dim=1),
-        old_logprobs=torch.stack(logprobs, dim=1),
-        lengths=lengths,
-        truncated=truncated,
-        interrupted=interrupted,
+        loss_mask=loss_mask[:T].T.contiguous(),
+        old_logprobs=logprobs[:T].T.contiguous(),
+        lengths=rows.lengths,
+        truncated=rows.truncated | ~rows.finished,  # out of the length limit before <eos>
+        interrupted=rows.interrupted,
         versions=torch.tensor(versions, dtype=torch.long, device=device)[None, :].expand(B, -1).clone(),
     )
 

@@ -1,4 +1,4 @@
-"""Generator: behaviour logprobs, head precision in both roles, interruption, determinism."""
+"""Generator: behaviour logprobs, head precision in both roles, interruption (RowState), determinism."""
 
 from __future__ import annotations
 
@@ -304,3 +304,60 @@ def test_a_model_outside_the_attention_interface_decodes_with_per_row_caches(mod
     fallback = sample(model, tokenizer, precision)
     assert not appended and model.config._attn_implementation == "sdpa"
     assert torch.equal(fallback.input_ids, sample(model, tokenizer, precision, shared_prefix_decoding=False).input_ids)
+
+
+# RowState on hand-made token streams: eos 2, pad 0, `</think>` = [7, 8], the phrase [5, 6, 7, 8] (it
+# ends by closing the thinking), thinking tokens 9, answer tokens 3; 1 marks a sample the phrase replaces.
+EOS, PAD, CLOSE, PHRASE = 2, 0, [7, 8], [5, 6, 7, 8]
+
+
+def drive(rows, samples: list[list[int]]):
+    """Run force/advance over per-row sample streams (B, steps) as generate's loop does; (emitted, sampled)."""
+    emitted, masks = [], []
+    for column in torch.tensor(samples).T:
+        token, sampled = rows.force(column)
+        emitted.append(token)
+        masks.append(sampled)
+        rows.advance(token, sampled, torch.stack(emitted[-len(CLOSE):]))
+        if rows.finished.all():
+            break
+    return torch.stack(emitted, dim=1).tolist(), torch.stack(masks, dim=1).long().tolist()
+
+
+def test_row_state_interrupts_at_the_budget_and_lets_a_closed_or_ended_thought_be():
+    from recipe.generator import RowState
+
+    rows = RowState(4, eos=EOS, pad=PAD, close=CLOSE, phrase=PHRASE, budgets=[2, 3, 4, 1], answer_budget=2)
+    assert rows.interrupted_width() == 4 + len(PHRASE) + 2  # the largest budget, the phrase, the answer
+    emitted, sampled = drive(rows, [
+        [9, 9, 1, 1, 1, 1, 3, 3, 3],  # 2 thinking tokens: phrase forced, 2 answer tokens, out of answer budget
+        [9, 7, 8, 3, 2, 9, 9, 9, 9],  # closes </think> after 2 of its 3: no interruption, answers, <eos>
+        [9, 2, 9, 9, 9, 9, 9, 9, 9],  # <eos> while still thinking: finished, neither truncated nor interrupted
+        [9, 1, 1, 1, 1, 2, 9, 9, 9],  # interrupted after 1, then <eos> as its first answer token
+    ])
+    assert emitted == [[9, 9, 5, 6, 7, 8, 3, 3],
+                       [9, 7, 8, 3, 2, 0, 0, 0],
+                       [9, 2, 0, 0, 0, 0, 0, 0],
+                       [9, 5, 6, 7, 8, 2, 0, 0]]
+    assert sampled == [[1, 1, 0, 0, 0, 0, 1, 1],  # phrase tokens are not the model's samples
+                       [1, 1, 1, 1, 1, 0, 0, 0],
+                       [1, 1, 0, 0, 0, 0, 0, 0],
+                       [1, 0, 0, 0, 0, 1, 0, 0]]
+    assert rows.lengths.tolist() == [8, 5, 2, 6]
+    assert rows.interrupted.tolist() == [True, False, False, True]
+    assert rows.truncated.tolist() == [True, False, False, False]
+    assert rows.finished.all()
+
+
+def test_row_state_closing_think_one_token_late_is_interrupted_and_without_budgets_only_eos_ends():
+    from recipe.generator import RowState
+
+    # Budget 2: the first half of </think> is the second thinking token, so the phrase comes before the close.
+    late = RowState(1, eos=EOS, pad=PAD, close=CLOSE, phrase=PHRASE, budgets=[2], answer_budget=1)
+    emitted, _ = drive(late, [[9, 7, 8, 8, 8, 8, 3, 3]])
+    assert emitted == [[9, 7, 5, 6, 7, 8, 3]] and late.interrupted.all() and late.truncated.all()
+    free = RowState(2, eos=EOS, pad=PAD, close=CLOSE)  # no budgets: no interruption whatever the thinking
+    assert free.interrupted_width() == 0
+    emitted, sampled = drive(free, [[9, 9, 9, 9, 2], [9, 2, 9, 9, 9]])
+    assert emitted == [[9, 9, 9, 9, 2], [9, 2, 0, 0, 0]] and sampled == [[1] * 5, [1, 1, 0, 0, 0]]
+    assert free.lengths.tolist() == [5, 2] and not free.interrupted.any() and not free.truncated.any()
