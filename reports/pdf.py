@@ -3,15 +3,15 @@
     build_report("runs/scalerl-loo", "report.pdf")          # load, fit, write
     write_report(fit_sweep(data), "report.pdf", figures_dir)  # from fits already made (no refit)
 
-Pages, A4 landscape: title; LOO table (more pages past ROWS_PER_TABLE_PAGE variants); all curves; one
-panel per variant; fixed-A slopes and delta bars (only with a fitted base); the power-law comparison
-(only when asked: power_law=True); stability diagnostics (figure and numbers); config diffs; notes
-(only when something was skipped).
+Pages, A4 landscape: title (a sentence per verdict: reports/title_page.py); LOO table (more pages past
+ROWS_PER_TABLE_PAGE variants); all curves; one panel per variant; fixed-A slopes and delta bars (only
+with a fitted base); the power-law comparison (only when asked: power_law=True); stability diagnostics
+(figure and numbers); setup (provenance, budget, base recipe, fit and verdict rule); config diffs;
+notes (only when something was skipped).
 """
 
 from __future__ import annotations
 
-import datetime
 import textwrap
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from reports.scan import scan_cells, scan_figure, scan_has_values, scan_info  # 
 from reports.tables import (DEFAULT_N_BOOT, TRUNCATION_NOTE, config_diff, evidence_note,  # noqa: E402
                             diagnostics_table, evidence_cells, table_cells)
 from reports.text import sig3  # noqa: E402
+from reports.title_page import setup_page, title_page  # noqa: E402
 
 ROWS_PER_TABLE_PAGE = 10
 DIFF_LINES_PER_PAGE = 40
@@ -47,55 +48,6 @@ def _text_page(title: str, lines: list[str], *, size: float = 10, mono: bool = F
         fig = figures._new_figure(title)
         fig.text(0.04, 0.88, "\n".join(lines), va="top", ha="left", fontsize=size, linespacing=1.45,
                  family=MONO if mono else None)
-    return fig
-
-
-def _title_page(fits):
-    data, budget = fits.data, fits.data.budget
-    meta = data.meta
-    seeds = meta.get(schema.SWEEP_SEEDS) or sorted(data.runs["seed"].unique().tolist())
-    base_id = data.runs[data.runs["variant"] == schema.BASE]["run_id"]
-    base_config = data.configs.get(base_id.iloc[0], {}) if len(base_id) else {}
-    recipe = [f"    {axis:<15} {base_config.get(f'{axis}.name', '?')}" + "".join(
-        f", {k.split('.', 1)[1]}={_short(v, 24)}" for k, v in sorted(base_config.items())
-        if k.startswith(axis + ".") and not k.endswith(".name") and len(k.split(".")) == 2)
-        for axis in schema.AXES if f"{axis}.name" in base_config]
-    unit = figures.UNIT_LABELS.get(budget.unit, budget.unit)
-    lines = [
-        f"Sweep          {data.name}",
-        f"Created        {meta.get(schema.SWEEP_CREATED, 'unknown')}",
-        f"Report made    {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"Machine        {meta.get(schema.SWEEP_MACHINE, 'unknown')}",
-        f"Executor       {meta.get(schema.SWEEP_EXECUTOR, 'unknown')}",
-        f"Read from      {data.source}",
-        "",
-        f"Budget         unit {unit}; burn-in {budget.burn_in:g}; fit at {budget.fit_at:g}; "
-        f"target {budget.target:g}; fit method {budget.fit_method}, weights {budget.fit_weights}",
-        f"Seeds          {', '.join(map(str, seeds))}",
-        f"Jobs           {len(data.runs)} ({data.runs['variant'].nunique()} variants x seeds); "
-        f"{len(data.evals)} evaluation points",
-        f"Base recipe    {meta.get(schema.SWEEP_BASE, 'unknown')}" + (":" if recipe else ""),
-        *recipe,
-        "",
-        "Fit            R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), R0 = step-0 evaluation; least squares with",
-        "               each point weighted by the compute it stands for"
-        + (" (here: equally)" if budget.fit_weights == "equal" else "")
-        + f"; A intervals: residual block bootstrap ({fits.n_boot} draws, 95%);",
-        "               >= 2 seeds: the prediction interval adds run-to-run variance and the fits' window-end miss.",
-        "Verdicts       paired over seeds (variant - base of the same seed, each seed's own fit; t-intervals at",
-        f"               the table-wide level): ceiling mover = the dA interval clears +-{budget.min_a_shift:g} "
-        "and every seed's A is",
-        "               identifiable (no seed-mean A interval at its bound either); efficiency shaper = the",
-        f"               compute to reach 50% or 90% of the base's gain differs beyond x{budget.min_compute_ratio:.2f}"
-        "; else",
-        "               no detectable effect; one seed: no verdict. Details: the 'How sure' page.",
-    ]
-    with plt.rc_context(figures.STYLE):
-        fig = plt.figure(figsize=figures.PAGE)
-        kind = "Scaling scan report" if scan_info(data) else "Leave-one-out ablation report"
-        fig.text(0.04, 0.9, kind, fontsize=22, fontweight="bold", va="top")
-        fig.text(0.04, 0.83, data.name, fontsize=15, va="top", color="0.25")
-        fig.text(0.04, 0.74, "\n".join(lines), fontsize=10.5, va="top", family=MONO, linespacing=1.5)
     return fig
 
 
@@ -183,7 +135,7 @@ def _table_pages(fits) -> list:
 
 
 def _evidence_pages(fits) -> list:
-    """The seed evidence behind each verdict: paired effects with intervals, MDEs and the reason."""
+    """The seed evidence behind each verdict: paired effects with intervals, MDEs, verdicts, then each one's why."""
     table = fits.table
     if fits.comparison is None or not (table["variant"] != schema.BASE).any():
         return []
@@ -191,8 +143,10 @@ def _evidence_pages(fits) -> list:
     seeds = sorted({int(n) for n in table["n_seeds"] if pd.notna(n)})
     verdicts = [v for v, name in zip(table["verdict"], table["variant"]) if name != schema.BASE]
     colours = [figures.VERDICT_COLOURS.get(v, "0.2") for v in verdicts]
-    # columns: variant, why (both wrap when the page is too narrow), the effects, then the coloured verdict
-    order = [0, 9, 2, 3, 4, 5, 6, 7, 8]
+    # columns: variant, the effects, then the coloured verdict; each why is a line of its own under the table
+    # (in a column it wrapped to 12 characters a line, the figures' columns being wide)
+    whys = [f"{row[0]}: {row[9]}" for row in rows]
+    order = [0, 2, 3, 4, 5, 6, 7, 8]
     header = [header[i] for i in order]
     rows = [[row[i] for i in order] for row in rows]
     pages = []
@@ -203,8 +157,10 @@ def _evidence_pages(fits) -> list:
             fig = figures._new_figure(f"How sure: the evidence behind each verdict ({count} paired seeds){part}")
             bottom = _draw_table(fig, header, rows[start:start + ROWS_PER_TABLE_PAGE],
                                  colours[start:start + ROWS_PER_TABLE_PAGE], top=0.9)
-            pages += _legend_below(fig, bottom, textwrap.fill(evidence_note(table), 165),
-                                   f"How sure{part}: how to read it")
+            why = [textwrap.fill(line, 165, subsequent_indent="    ")
+                   for line in whys[start:start + ROWS_PER_TABLE_PAGE]]
+            pages += _legend_below(fig, bottom, "\n".join(["Why each verdict:", *why, "", textwrap.fill(
+                evidence_note(table), 165)]), f"How sure{part}: why each verdict, how to read it")
     return pages
 
 
@@ -349,7 +305,7 @@ def report_pages(fits, *, power_law: bool = False) -> list[tuple[str, object]]:
 
     power_law: add the power-law comparison (reports/power_law.py) after the LOO figures; off by default.
     """
-    pages = [("title", _title_page(fits))] + [("table", page) for page in _table_pages(fits)]
+    pages = [("title", title_page(fits))] + [("table", page) for page in _table_pages(fits)]
     pages += [("evidence", page) for page in _evidence_pages(fits)]
     if scan_has_values(fits):
         pages += [("scan", scan_figure(fits)), ("scan_table", _scan_table_page(fits))]
@@ -369,7 +325,7 @@ def report_pages(fits, *, power_law: bool = False) -> list[tuple[str, object]]:
     diagnostics, diagnostic_notes = figures.diagnostics_figure(fits.data,
                                                                figures.variant_colours(fits.data.variants()))
     pages += [("diagnostics", diagnostics), ("diagnostics_table", _diagnostics_page(fits))]
-    pages += [("config_diff", page) for page in _diff_pages(fits)]
+    pages += [("setup", setup_page(fits))] + [("config_diff", page) for page in _diff_pages(fits)]
     notes = fits.notes + power_law_notes + diagnostic_notes
     if notes:
         wrapped = [line for note in notes for line in textwrap.wrap(note, 150, subsequent_indent="    ")]

@@ -10,10 +10,10 @@ import pytest
 from reports.pdf import FIGURES, report_pages, write_report
 from tests.reports.tools import ensure_tool, ink_fraction
 
-# title, table, curves, variants, fixed-A slopes, deltas, diagnostics, diagnostics table, config diff, notes
-# (the notes page exists because the DAPO run lacks interrupted_frac and CISPO runs lack clip_frac)
+# title, table, evidence, power, curves, variants, fixed-A slopes, deltas, diagnostics, diagnostics table, setup,
+# config diff, notes (the notes page exists because the DAPO run lacks interrupted_frac and CISPO runs lack clip_frac)
 EXPECTED_PAGES = ["title", "table", "evidence", "power", "curves", "variants", "fixed_a_slopes", "deltas",
-                  "diagnostics", "diagnostics_table", "config_diff", "notes"]
+                  "diagnostics", "diagnostics_table", "setup", "config_diff", "notes"]
 
 
 def page_names(fits) -> list[str]:
@@ -108,9 +108,14 @@ def test_the_table_page_shows_the_fitted_numbers(rendered, sweep_fits):
     for row in sweep_fits.table.itertuples():
         assert f"{row.A:.3f} " in text and f"{row.B:.2f}" in text, row.variant
     assert "efficiency shaper" in text and "ceiling mover" in text and "no detectable effect" in text
-    title = subprocess.run([pdftotext, "-f", "1", "-l", "1", str(pdf), "-"], capture_output=True, text=True,
-                           check=True).stdout
-    assert "synthetic-loo" in title and "fit at 120; target 240" in title and "test machine (2 cores)" in title
+    title = " ".join(subprocess.run([pdftotext, "-f", "1", "-l", "1", str(pdf), "-"], capture_output=True, text=True,
+                                    check=True).stdout.split())  # lines joined: the title page wraps its text
+    assert "synthetic-loo" in title and "fit to 120, predicted at 240" in title and "test machine (2 cores)" in title
+    assert "Lowers the ceiling" in title and "No detectable effect" in title
+    at = EXPECTED_PAGES.index("setup") + 1
+    setup = " ".join(subprocess.run([pdftotext, "-f", str(at), "-l", str(at), str(pdf), "-"], capture_output=True,
+                                    text=True, check=True).stdout.split())
+    assert "fit at 120; target 240" in setup and "test machine (2 cores)" in setup and "cispo" in setup
 
 
 def test_a_sweep_with_nothing_fitted_still_gets_a_report_saying_why(tmp_path):
@@ -126,8 +131,8 @@ def test_a_sweep_with_nothing_fitted_still_gets_a_report_saying_why(tmp_path):
     notes = pages[-1][1].texts[-1].get_text()
     for _, fig in pages:
         plt.close(fig)
-    assert [name for name, _ in pages] == [
-        "title", "table", "curves", "diagnostics", "diagnostics_table", "config_diff", "notes"]  # nothing fitted
+    assert [name for name, _ in pages] == [  # nothing fitted
+        "title", "table", "curves", "diagnostics", "diagnostics_table", "setup", "config_diff", "notes"]
     assert "base: not fitted: the fit window" in notes
     write_report(fits, tmp_path / "report.pdf")
     assert (tmp_path / "report.pdf").stat().st_size > 10_000
@@ -158,9 +163,68 @@ def test_a_legend_too_long_for_the_room_under_its_table_gets_its_own_page():
 
 def test_the_title_page_states_the_verdict_rule_the_table_uses(sweep_fits):
     # The verdicts come from seed-paired effects (fitting.seeds); the title page must not describe an older rule.
-    from reports.pdf import _title_page
+    from reports.title_page import setup_page, title_page
 
-    fig = _title_page(sweep_fits)
-    text = " ".join(t.get_text() for t in fig.texts)
-    assert "paired over seeds" in text and "compute to reach 50% or 90%" in text
-    assert "combined A interval" not in text
+    for page in (title_page(sweep_fits), setup_page(sweep_fits)):
+        text = " ".join(t.get_text() for t in page.texts).replace("\n", " ")
+        assert "paired over seeds" in text and "compute to reach 50% or 90%" in text
+        assert "combined A interval" not in text
+        plt.close(page)
+
+
+def test_the_title_page_reads_as_a_papers_first_page(sweep_fits):
+    # a title, one line of what was swept, then one sentence per variant with its key figure, in proportional type
+    from reports.title_page import findings, title_page, title_text
+    from reports.verdicts import verdict_sentence
+
+    fig = title_page(sweep_fits)
+    texts = [t.get_text().replace("\n", " ") for t in fig.texts]
+    title, swept = title_text(sweep_fits)
+    assert texts[0] == title == "Leave-one-out ablation: synthetic-loo"
+    assert texts[1] == swept == ("base scalerl · 3 variants x 3 seeds (20, 21, 22) · budget in device-seconds: fit to "
+                                 "120, predicted at 240 · test machine (2 cores) · 2026-11-21 10:00")
+    page = " ".join(texts)
+    table = sweep_fits.table
+    for _, row in table[table["variant"] != "base"].iterrows():
+        sentence = verdict_sentence(row, target="240 device-seconds")
+        assert sentence in page, row["variant"]
+    assert f"A {table.loc[table['variant'] == 'base', 'A'].iloc[0]:.3f}" in page  # the base's own fit
+    # verdicts first: the base, then the ceiling mover and the efficiency shaper, then the null
+    assert [row[0] for row in findings(sweep_fits)] == ["base", "precision=fp32_head=false", "loss=dapo",
+                                                        "aggregation=sample_mean"]
+    assert not any("mono" in t.get_fontfamily()[0].lower() for t in fig.texts)
+    plt.close(fig)
+
+
+# the shipped LOO's variants (sweeps/loo.yaml), longest names included
+LOO_NAMES = ["loss=dapo", "aggregation=sample_mean", "advantage_norm=prompt", "batch_filter=none",
+             "curriculum=uniform", "length_control=length_penalty(max_length=16, cache_length=2)",
+             "off_policy=ppo_off_policy(k=8)", "precision=fp32_head=false"]
+
+
+@pytest.mark.parametrize("variants", [8, 30])
+def test_a_long_sweep_still_fits_its_title_page(sweep_fits, monkeypatch, variants):
+    # the shipped LOO's eight variants, each with a two-line verdict and a two-line sentence: smaller type, never
+    # off the page; past what 9-point type holds, the last rows give way to a line saying how many more there are
+    from reports import title_page as module
+
+    names = (LOO_NAMES * 4)[:variants]
+    long_rows = [(name, "interruption -> length_penalty", "efficiency shaper\n(mixed)", "Mixed: x1.31 [x1.12, x1.52] "
+                  "the base's compute to reach 50% of its gain, x0.71 [x0.62, x0.81] to reach 90%.") for name in names]
+    monkeypatch.setattr(module, "findings", lambda fits: long_rows)
+    fig = module.title_page(sweep_fits)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for text in fig.texts:
+        box = text.get_window_extent(renderer)
+        assert text.get_fontsize() >= 9, text.get_text()[:40]
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 + 1 and fig.bbox.y0 <= box.y0, text.get_text()[:60]
+    # the sentence column's lines stay inside their column (the page's right margin)
+    sentences = [t for t in fig.texts if t.get_text().startswith("Mixed")]
+    assert all(t.get_window_extent(renderer).x1 <= 0.96 * fig.bbox.x1 for t in sentences)
+    page = " ".join(t.get_text() for t in fig.texts)
+    if variants == 8:
+        assert len(sentences) == 8 and "more variants" not in page
+    else:
+        assert 5 < len(sentences) < 30 and f"{30 - len(sentences)} more variants: the table" in page
+    plt.close(fig)
