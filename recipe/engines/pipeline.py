@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import time
 import traceback
@@ -58,7 +59,7 @@ from recipe.config import RecipeConfig
 from recipe.generator import Rollout
 from recipe.run import (Run, Samples, assemble_minibatch, build_components, configure_cuda, devices_held,
                         model_directory, prepare_run_dir, sample_groups, train_on)
-from recipe.model import load_model_dir
+from recipe.model import lm_parts, load_model_dir
 from recipe.tasks import build_task
 from recipe.tracking import read_metrics
 
@@ -70,41 +71,106 @@ class RoleDiedError(RuntimeError):
     """A PipelineRL role process died; the message names the role and why."""
 
 
-class SharedMemoryWeights:
-    """The weight channel on one machine: a shared-memory copy of the weights and its policy version.
+SHM_DIR = "/dev/shm"  # where torch's CPU shared memory lives (shm_open) on Linux
 
-    publish(model, version) copies the trainer's weights in; receive(model) copies them into the
-    generator's model in place (its KV cache and optimizer-free state stay as they are). A lock
-    keeps a reader from seeing half-written weights. On GPUs the same two calls would be an NCCL
-    broadcast from the trainer rank to the generator ranks.
+
+def publish_dtypes(model) -> dict[str, torch.dtype]:
+    """The dtype each weight is published in: the body's Linear weights and biases in the compute dtype
+    (bf16 for a bf16 recipe), everything else (embeddings, norms, the output head) as it is.
+
+    Under the generator's autocast a Linear layer multiplies in the compute dtype, rounding its fp32
+    weights to it at every call, so publishing them already rounded changes no generated token and
+    halves the bytes of most of the model; embeddings, norms and the head (the FP32 head) compute in
+    fp32 and keep their fp32 values. A float32 recipe publishes everything in fp32, as before.
+    """
+    compute = lm_parts(model).compute_dtype
+    head = {id(p) for p in lm_parts(model).head.parameters()}
+    body = lm_parts(model).body
+    rounded = {id(p) for module in body.modules() if isinstance(module, torch.nn.Linear)
+               for p in module.parameters(recurse=False) if id(p) not in head}
+    named = dict(model.named_parameters(remove_duplicate=False))
+    return {name: compute if name in named and id(named[name]) in rounded and tensor.is_floating_point()
+            else tensor.dtype for name, tensor in model.state_dict().items()}
+
+
+def distinct_state(model) -> dict[str, torch.Tensor]:
+    """The model's state dict with each tensor once: tied weights (a head tied to the embeddings) share their
+    storage and are published and received under their first name."""
+    seen, distinct = set(), {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            distinct[name] = tensor
+    return distinct
+
+
+def check_shm_space(needed: int, directory: str = SHM_DIR) -> None:
+    """Fail before allocating when the weight channel would not fit in shared memory (a container's default
+    /dev/shm is 64 MB: torch would die later with a bus error or 'No space left on device')."""
+    if not os.path.isdir(directory):
+        return
+    free = shutil.disk_usage(directory).free
+    if needed > free:
+        raise RuntimeError(f"PipelineRL needs {needed / 2**20:,.0f} MiB of shared memory for its weight channel (two "
+                           f"copies of the published weights) but {directory} has {free / 2**20:,.0f} MiB free; "
+                           "enlarge it (docker run --shm-size=<size>, or mount -o remount,size=<size> /dev/shm) or "
+                           "use off_policy ppo_off_policy")
+
+
+class SharedMemoryWeights:
+    """The weight channel on one machine: two shared-memory copies of the weights, double-buffered.
+
+    publish(model, version) writes the trainer's weights (in publish_dtypes: bf16 for a bf16 recipe, the
+    head fp32; tied weights once) into the slot the generator is not reading, then makes it the latest; receive(model)
+    copies the latest slot into the generator's model in place (its KV cache stays as it is). Each slot
+    has its own lock, held while it is written or read, so the generator reads the newest complete
+    weights while the trainer writes the next ones, and a reader never sees half-written weights; the
+    trainer waits only if the generator is still reading the older slot it is about to overwrite.
+    On GPUs the same two calls would be CUDA IPC handles or an NCCL broadcast.
     """
 
-    def __init__(self, ctx) -> None:
-        self.lock = ctx.Lock()
-        self.version = ctx.Value("q", -1, lock=False)
-        self.published_at = ctx.Value("d", 0.0, lock=False)
-        self.tensors: dict[str, torch.Tensor] | None = None  # attached in each process
+    SLOTS = 2
 
-    def create(self, model) -> dict[str, torch.Tensor]:
-        """Trainer side: allocate the shared tensors (to hand to the generator once)."""
-        self.tensors = {name: t.detach().to("cpu").clone().share_memory_() for name, t in model.state_dict().items()}
+    def __init__(self, ctx) -> None:
+        self.locks = [ctx.Lock() for _ in range(self.SLOTS)]
+        self.latest = ctx.Value("i", 0, lock=False)  # the slot holding the newest complete weights
+        self.versions = [ctx.Value("q", -1, lock=False) for _ in range(self.SLOTS)]
+        self.published_at = [ctx.Value("d", 0.0, lock=False) for _ in range(self.SLOTS)]
+        self.tensors: list[dict[str, torch.Tensor]] | None = None  # attached in each process
+
+    @property
+    def version(self):
+        """The newest published version (a shared value: .value)."""
+        return self.versions[self.latest.value]
+
+    def create(self, model) -> list[dict[str, torch.Tensor]]:
+        """Trainer side: allocate both slots in shared memory (to hand to the generator once)."""
+        dtypes = publish_dtypes(model)
+        state = distinct_state(model)
+        check_shm_space(self.SLOTS * sum(t.numel() * torch.empty((), dtype=dtypes[name]).element_size()
+                                         for name, t in state.items()))
+        self.tensors = [{name: torch.empty(t.shape, dtype=dtypes[name]).share_memory_() for name, t in state.items()}
+                        for _ in range(self.SLOTS)]
         return self.tensors
 
     @torch.no_grad()
     def publish(self, model, version: int) -> None:
-        with self.lock:
-            for name, tensor in model.state_dict().items():
-                self.tensors[name].copy_(tensor)
-            self.version.value = version
-            self.published_at.value = time.time()
+        slot = 1 - self.latest.value  # the slot no reader was sent to last
+        with self.locks[slot]:
+            for name, tensor in distinct_state(model).items():
+                self.tensors[slot][name].copy_(tensor)
+            self.versions[slot].value = version
+            self.published_at[slot].value = time.time()
+        self.latest.value = slot
 
     @torch.no_grad()
     def receive(self, model) -> tuple[int, float]:
-        """Load the published weights; returns (their version, seconds since they were published)."""
-        with self.lock:
-            for name, tensor in model.state_dict().items():
-                tensor.copy_(self.tensors[name])
-            return self.version.value, time.time() - self.published_at.value
+        """Load the newest published weights; returns (their version, seconds since they were published)."""
+        slot = self.latest.value
+        with self.locks[slot]:
+            for name, tensor in distinct_state(model).items():
+                tensor.copy_(self.tensors[slot][name])
+            return self.versions[slot].value, time.time() - self.published_at[slot].value
 
 
 @dataclass

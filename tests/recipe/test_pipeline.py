@@ -163,3 +163,70 @@ def test_a_job_is_charged_for_the_devices_it_holds(overrides, device, gpus, held
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
     if mode.asynchronous and device == "cuda":  # the roles' placement that rule counts
         assert len({role_device(device, role, mode, gpus) for role in ("trainer", "generator")}) == expected
+
+
+def test_a_bf16_recipe_publishes_its_linear_weights_in_bf16_and_the_generator_samples_exactly_as_before(
+        tiny_model_dir):
+    """The body's Linear weights go out in the compute dtype (autocast rounds them so at every matmul anyway),
+    embeddings, norms and the FP32 head in fp32: the generator's tokens and logprobs are unchanged, bit for bit."""
+    from recipe.engines.pipeline import publish_dtypes
+
+    trainer_model, tokenizer = load_model_dir(tiny_model_dir, "bfloat16")
+    dtypes = publish_dtypes(trainer_model)
+    linear = {f"{name}.weight" for name, m in trainer_model.named_modules() if isinstance(m, torch.nn.Linear)}
+    head = "lm_head.weight"
+    assert {name for name, dtype in dtypes.items() if dtype == torch.bfloat16} == linear - {head}
+    assert dtypes[head] == torch.float32 and dtypes["model.embed_tokens.weight"] == torch.float32
+    assert set(publish_dtypes(load_model_dir(tiny_model_dir, "float32")[0]).values()) == {torch.float32}
+    total = sum(t.numel() * t.element_size() for t in trainer_model.state_dict().values())
+    channel = SharedMemoryWeights(torch.multiprocessing.get_context("spawn"))
+    published = sum(t.numel() * t.element_size() for t in channel.create(trainer_model)[0].values())
+    assert published < total
+    channel.publish(trainer_model, version=3)
+    generator_model, _ = load_model_dir(tiny_model_dir, "bfloat16")
+    with torch.no_grad():
+        for p in generator_model.parameters():
+            p.add_(1.0)  # stale weights, to be replaced
+    assert channel.receive(generator_model)[0] == 3
+
+    def sample(model):
+        return generate(model, tokenizer, PROMPTS, precision=FP32_HEAD, length_control=NO_LENGTH_CONTROL,
+                        max_new_tokens=12, torch_rng=torch.Generator().manual_seed(0),
+                        numpy_rng=np.random.default_rng(0))
+
+    expected, got = sample(trainer_model), sample(generator_model)
+    assert torch.equal(got.input_ids, expected.input_ids) and torch.equal(got.old_logprobs, expected.old_logprobs)
+
+
+def test_the_generator_reads_the_newest_complete_weights_while_the_trainer_writes_the_next(tiny_model_dir):
+    """Double buffering: a publish in progress (its slot's lock held) does not hold up a receive, which gets
+    the newest complete version; the next publish then becomes the newest."""
+    import threading
+
+    model, _ = load_model_dir(tiny_model_dir)
+    channel = SharedMemoryWeights(torch.multiprocessing.get_context("spawn"))
+    channel.create(model)
+    channel.publish(model, version=1)
+    writing = 1 - channel.latest.value  # the slot the next publish writes
+    received = []
+    with channel.locks[writing]:  # the trainer is writing version 2 there
+        reader = threading.Thread(target=lambda: received.append(channel.receive(model)[0]))
+        reader.start()
+        reader.join(timeout=10)
+        assert not reader.is_alive() and received == [1], "the generator waited on the trainer's write"
+    channel.publish(model, version=2)
+    assert channel.version.value == 2 and channel.receive(model)[0] == 2
+
+
+def test_a_shared_memory_too_small_for_the_weight_channel_fails_at_once_naming_its_size(tiny_model_dir,
+                                                                                        monkeypatch):
+    import collections
+
+    model, _ = load_model_dir(tiny_model_dir)
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr("recipe.engines.pipeline.shutil.disk_usage", lambda path: usage(64 << 20, 64 << 20, 1 << 10))
+    channel = SharedMemoryWeights(torch.multiprocessing.get_context("spawn"))
+    with pytest.raises(RuntimeError, match=r"PipelineRL needs [\d,]+ MiB of shared memory .* but /dev/shm has 0 MiB "
+                                           r"free; enlarge it \(docker run --shm-size"):
+        channel.create(model)
+    assert channel.tensors is None
