@@ -79,6 +79,20 @@ def loss_arguments(cfg: RecipeConfig) -> dict[str, Any]:
     return {"loss_type": loss_type, **epsilons, "importance_sampling_level": level}
 
 
+def optimizer_arguments(cfg: RecipeConfig) -> dict[str, Any]:
+    """The optimizer's settings, as transformers' TrainingArguments name them (both TRL trainers take them)."""
+    return {
+        "learning_rate": cfg.optimizer.lr,
+        "lr_scheduler_type": "constant_with_warmup", "warmup_steps": cfg.optimizer.warmup_steps,
+        "weight_decay": cfg.optimizer.weight_decay, "adam_beta1": cfg.optimizer.beta1,
+        "adam_beta2": cfg.optimizer.beta2, "adam_epsilon": cfg.optimizer.eps,
+        "max_grad_norm": cfg.optimizer.grad_clip,
+        # TRL's default is on; ours is the recipe's key, as the native engine's.
+        "gradient_checkpointing": cfg.optimizer.gradient_checkpointing,
+        "max_steps": cfg.max_steps,
+    }
+
+
 def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str, Any]:
     """The GRPOConfig keyword arguments that run `cfg` (one line per recipe setting)."""
     processes = cfg.engine.num_processes
@@ -105,14 +119,7 @@ def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str,
         "scale_rewards": "none",  # replaced by our advantage_norm (ScaleRLGRPOTrainer)
         "mask_truncated_completions": False,  # a cut sample is trained on with reward -1, as native
         "cast_lm_head_to_fp32": bool(cfg.precision["fp32_head"]) and bf16_body,
-        "learning_rate": cfg.optimizer.lr,
-        "lr_scheduler_type": "constant_with_warmup", "warmup_steps": cfg.optimizer.warmup_steps,
-        "weight_decay": cfg.optimizer.weight_decay, "adam_beta1": cfg.optimizer.beta1,
-        "adam_beta2": cfg.optimizer.beta2, "adam_epsilon": cfg.optimizer.eps,
-        "max_grad_norm": cfg.optimizer.grad_clip,
-        # TRL's default is on; ours is the recipe's key, as the native engine's.
-        "gradient_checkpointing": cfg.optimizer.gradient_checkpointing,
-        "max_steps": cfg.max_steps,
+        **optimizer_arguments(cfg),
         # Checkpoints on generation boundaries, where no generated-but-untrained batch exists.
         "save_strategy": "steps", "save_steps": k * math.ceil(cfg.checkpoint.every_steps / k),
         "save_total_limit": 2,
@@ -147,13 +154,7 @@ def async_grpo_arguments(cfg: RecipeConfig, output_dir: Path) -> dict[str, Any]:
         "epsilon": eps[0], "epsilon_high": eps[1],
         "max_staleness": cfg.off_policy["k"], "weight_sync_steps": 1,
         "vllm_server_base_url": cfg.engine.vllm_server_url,
-        "learning_rate": cfg.optimizer.lr,
-        "lr_scheduler_type": "constant_with_warmup", "warmup_steps": cfg.optimizer.warmup_steps,
-        "weight_decay": cfg.optimizer.weight_decay, "adam_beta1": cfg.optimizer.beta1,
-        "adam_beta2": cfg.optimizer.beta2, "adam_epsilon": cfg.optimizer.eps,
-        "max_grad_norm": cfg.optimizer.grad_clip,
-        "gradient_checkpointing": cfg.optimizer.gradient_checkpointing,
-        "max_steps": cfg.max_steps,
+        **optimizer_arguments(cfg),
         "save_strategy": "steps", "save_steps": cfg.checkpoint.every_steps, "save_total_limit": 2,
         "logging_steps": 1, "report_to": "none", "disable_tqdm": True,
     }
