@@ -104,7 +104,7 @@ TRL_VERIFIED: dict[tuple[str, str], str] = {
     ("batch_filter", "zero_variance"): CPU_TEST, ("batch_filter", "none"): CPU_TEST,
     ("curriculum", "uniform"): CPU_TEST, ("curriculum", "no_positive_resampling"): CPU_TEST,
     ("length_control", "length_penalty"): CPU_TEST, ("length_control", "none"): CPU_TEST,
-    ("length_control", "interruption"): CPU_TEST,
+    ("length_control", "interruption"): f"{CPU_TEST} (transformers generation); {NOT_VERIFIED} with vLLM",
     ("off_policy", "ppo_off_policy"): CPU_TEST,
     # Its config and refusals are tested on CPU; it needs a vLLM server on a GPU to run at all.
     ("off_policy", "pipeline_rl"): "GPU only, not verified here",
