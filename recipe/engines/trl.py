@@ -354,6 +354,18 @@ def row_weights(aggregation, token_counts: torch.Tensor, group_ids: torch.Tensor
     return weights.sum(dim=1) / token_counts.clamp_min(1).to(weights.dtype)
 
 
+def generation_layout(k: int, P: int, G: int, processes: int) -> torch.Tensor:
+    """For each row of a generation batch in TRL's order (every process's rows, process by process), its index in
+    the native engine's order (minibatch j's P x G rows at j P G, each prompt's G samples together).
+
+    TRL hands a process's buffered rows to its k optimizer steps in order, so process r holds, for each
+    minibatch j in turn, its r-th share of minibatch j's rows: step j trains minibatch j on every process,
+    as the native engine trains minibatch j at its step j.
+    """
+    share = P * G // processes
+    return torch.tensor([j * P * G + r * share + i for r in range(processes) for j in range(k) for i in range(share)])
+
+
 def make_trainer_class():
     """GRPOTrainer with our loss, aggregation, advantages, batch filter and generation accounting (TRL is
     imported lazily)."""
@@ -364,10 +376,8 @@ def make_trainer_class():
             """The recipe's loss and aggregation components on TRL's micro-batch: the native trainer's math.
 
             loss = sum_bt w_b m_bt l_bt, l from our `loss` component, w_b the `aggregation`'s row weights over
-            the minibatch (row_weights). Scaled so the gradients TRL accumulates and DDP averages are those of
-            one native step: x k (each of a generation's k optimizer steps trains a random 1/k of its rows,
-            TRL shuffles them, so a step's share of the weights is 1/k in expectation and exactly 1 for k 1)
-            x processes (DDP averages the ranks' gradients).
+            the step's minibatch (row_weights, in _generate_and_score_completions). Scaled x processes so that
+            the gradients TRL accumulates and DDP averages over the processes are those of one native step.
             """
             prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
             completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
@@ -394,52 +404,78 @@ def make_trainer_class():
         def curriculum_inputs(self, local_rows: int) -> tuple[list[dict], list[int]]:
             """This process's rows of the next generation batch, its prompts picked by our curriculum component.
 
-            The whole batch (every process's rows) is k minibatches of P prompts x G samples, drawn as the
-            native engine draws a round: `curriculum.sample(P)` k times. Drawing here, at generation time,
-            sees every earlier batch's pass rates (TRL's sampler is read a batch ahead by the data loader).
-            Every process draws the same prompts (same state, same updates) and takes its slice.
+            The whole batch is k minibatches of P prompts x G samples, drawn as the native engine draws a
+            round: `curriculum.sample(P)` k times. Drawing here, at generation time, sees every earlier
+            batch's pass rates (TRL's sampler is read a batch ahead by the data loader). Every process draws
+            the same prompts (same state, same updates) and takes its rows (generation_layout). Returns the
+            rows and the batch's prompt ids in the native order, a prompt per group.
             """
             G, P = self.num_generations, self.recipe_prompts_per_batch
-            total = local_rows * self.accelerator.num_processes
-            prompt_ids = [i for _ in range(total // (P * G)) for i in self.recipe_curriculum.sample(P)]
+            k = local_rows * self.accelerator.num_processes // (P * G)
+            prompt_ids = [i for _ in range(k) for i in self.recipe_curriculum.sample(P)]
+            self.recipe_layout = generation_layout(k, P, G, self.accelerator.num_processes)
             start = self.accelerator.process_index * local_rows
-            problems = [self.recipe_task.train[prompt_ids[row // G]] for row in range(start, start + local_rows)]
+            rows = self.recipe_layout[start:start + local_rows]
+            problems = [self.recipe_task.train[prompt_ids[int(row) // G]] for row in rows]
             return [{"prompt": p.prompt, "answer": p.answer} for p in problems], prompt_ids
+
+        def _prepare_inputs(self, generation_batch):
+            """TRL's buffering of a generation batch for its k optimizer steps, without TRL's shuffle: step j
+            trains minibatch j (generation_layout), as the native engine does."""
+            if not self.model.training:
+                return super()._prepare_inputs(generation_batch)
+            steps = self.args.steps_per_generation
+            if self._step % (steps * self.num_iterations) == 0 or self._buffered_inputs is None:
+                from trl.trainer.utils import split_tensor_dict
+
+                self._buffered_inputs = split_tensor_dict(self._generate_and_score_completions(generation_batch), steps)
+            return self._buffered_inputs[self._step % steps]
 
         def _generate_and_score_completions(self, inputs):
             started = clocks()
             inputs, prompt_ids = self.curriculum_inputs(len(inputs))
             output = super()._generate_and_score_completions(inputs)
             record = self.recipe_rewards.last
-            G = self.num_generations
-            # Rewards of the whole generation batch, in TRL's order (it gathers the same way).
-            rewards = self.accelerator.gather(record["rewards"].to(self.accelerator.device)).cpu()
-            group_ids = torch.arange(len(rewards)) // G
-            keep, advantages = filter_and_normalize(rewards, group_ids, self.recipe_components.batch_filter,
-                                                    self.recipe_components.advantage_norm)
-            correct = self.accelerator.gather(record["correct"].to(self.accelerator.device)).cpu()
+            G, PG = self.num_generations, self.num_generations * self.recipe_prompts_per_batch
+            device = self.accelerator.device
+
+            def native_order(values: torch.Tensor) -> torch.Tensor:
+                """Every process's rows (TRL gathers them process by process) in the native order."""
+                gathered = self.accelerator.gather(values.to(device)).cpu()
+                ordered = torch.empty_like(gathered)
+                ordered[self.recipe_layout] = gathered
+                return ordered
+
+            rewards, correct = native_order(record["rewards"]), native_order(record["correct"])
             self.recipe_curriculum.update(prompt_ids, correct.view(-1, G).float().mean(dim=1).tolist())
+            # Each minibatch filtered, normalized and weighed on its own, as the native engine's assemble_minibatch.
+            group_ids = torch.arange(PG) // G
+            keep, advantages = torch.zeros(len(rewards), dtype=torch.bool), torch.zeros(len(rewards))
+            for start in range(0, len(rewards), PG):
+                rows = slice(start, start + PG)
+                keep[rows], advantages[rows] = filter_and_normalize(
+                    rewards[rows], group_ids, self.recipe_components.batch_filter,
+                    self.recipe_components.advantage_norm)
             local = len(record["rewards"])
-            rows = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
-            output["advantages"] = advantages[rows].to(output["advantages"])
-            completion_mask = output["completion_mask"] * keep[rows].to(output["completion_mask"].device)[:, None]
+            rank = self.accelerator.process_index
+            mine = self.recipe_layout[rank * local:(rank + 1) * local]  # this process's rows, in the native order
+            output["advantages"] = advantages[mine].to(output["advantages"])
+            completion_mask = output["completion_mask"] * keep[mine].to(output["completion_mask"].device)[:, None]
             output["completion_mask"] = completion_mask.to(output["completion_mask"].dtype)
             trained = completion_mask if "tool_mask" not in output else completion_mask * output["tool_mask"]
-            counts = self.accelerator.gather(trained.sum(dim=1)).cpu()  # every rank's rows' trained tokens
+            counts = native_order(trained.sum(dim=1))  # every process's rows' trained tokens
             output["num_items_in_batch"] = counts.sum().to(output["completion_mask"].device)
-            # The aggregation's weights over the generation batch: the minibatch of one optimizer step when k is 1.
-            weights = row_weights(self.recipe_components.aggregation, counts, group_ids)
-            output["recipe_row_weights"] = weights[rows].to(device=output["advantages"].device, dtype=torch.float32)
-            correct = record["correct"]
-            # The meter charges the whole batch, every rank's rows (TRL gathers the rewards the same way).
-            device = self.accelerator.device
-            prompt_lengths = self.accelerator.gather(output["prompt_mask"].sum(dim=1)).cpu()
-            lengths = self.accelerator.gather(record["lengths"].to(device)).cpu()
+            weights = torch.cat([row_weights(self.recipe_components.aggregation, counts[start:start + PG], group_ids)
+                                 for start in range(0, len(counts), PG)])
+            output["recipe_row_weights"] = weights[mine].to(device=output["advantages"].device, dtype=torch.float32)
+            # The meter charges the whole batch (every process's rows), minibatch j at step j, in the native order.
             self.recipe_generation = {
-                "clock": since(started), "prompt_lengths": prompt_lengths.tolist(),
-                "lengths": lengths.tolist(), "kept": keep.tolist(),
-                "metrics": rollout_metrics(correct, record["rewards"], record["lengths"], ~record["ended"],
-                                           record["interrupted"], keep, G),
+                "clock": since(started), "rows_per_step": PG,
+                "prompt_lengths": native_order(output["prompt_mask"].sum(dim=1)).tolist(),
+                "lengths": native_order(record["lengths"]).tolist(), "kept": keep.tolist(),
+                "metrics": rollout_metrics(correct, rewards, native_order(record["lengths"]),
+                                           ~native_order(record["ended"]), native_order(record["interrupted"]),
+                                           keep, G),
             }
             return output
 
@@ -463,7 +499,7 @@ def build_trainer(cfg: RecipeConfig, model, tokenizer, task, components, output_
     trainer.recipe_rewards, trainer.recipe_components, trainer.recipe_task = rewards, components, task
     trainer.recipe_curriculum, trainer.recipe_prompts_per_batch = components.curriculum, cfg.rollout.prompts_per_batch
     components.curriculum.reset(len(task.train), cfg.seed)
-    trainer.recipe_loss_scale = cfg.off_policy["k"] * trainer.accelerator.num_processes  # see _compute_loss
+    trainer.recipe_loss_scale = trainer.accelerator.num_processes  # see _compute_loss
     return trainer
 
 
@@ -615,7 +651,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
                     meter.add_generation(gen_wall, shape, generation["prompt_lengths"], generation["lengths"])
                     pending.add(generation["metrics"])
                     wall, cpu = wall - gen_wall, cpu - gen_cpu
-                kept = [i for i in range(j, len(generation["lengths"]), k) if generation["kept"][i]]
+                rows = range(j * generation["rows_per_step"], (j + 1) * generation["rows_per_step"])
+                kept = [i for i in rows if generation["kept"][i]]
                 meter.add_training(wall, shape, [generation["prompt_lengths"][i] for i in kept],
                                    [generation["lengths"][i] for i in kept])
                 # Each step is charged 1/k of the generation, as the native engine charges each minibatch's

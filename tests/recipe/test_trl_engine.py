@@ -508,3 +508,50 @@ def test_pipeline_rl_on_trl_on_cpu_is_refused_before_anything_runs(tiny_override
     with pytest.raises(ConfigError, match="needs CUDA GPUs .* and a vLLM server, and this job runs on cpu"):
         train(cfg, tmp_path / "run", device="cpu")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_generation_layout_gives_each_process_its_share_of_minibatch_j_for_step_j():
+    from recipe.engines.trl import generation_layout
+
+    # k 2 minibatches of P 2 prompts x G 2 samples over 2 processes: process 0 holds the first half of each.
+    assert generation_layout(2, 2, 2, 2).tolist() == [0, 1, 4, 5, 2, 3, 6, 7]
+    assert generation_layout(3, 2, 2, 1).tolist() == list(range(12))
+
+
+def test_step_j_of_a_generation_trains_minibatch_j_its_own_advantages_and_weights(tiny_model_dir, tiny_overrides,
+                                                                                  tmp_path):
+    """PPO-off-policy-k through TRL: the k buffered minibatches are the curriculum's k draws in order (no shuffle),
+    each normalized and weighed on its own as the native engine's assemble_minibatch does."""
+    import torch
+
+    from components.curricula import CURRICULA
+    from recipe.advantages import filter_and_normalize
+    from recipe.engines.trl import build_trainer, row_weights
+    from recipe.model import load_model_dir
+    from recipe.run import build_components
+    from recipe.tasks import build_task
+
+    cfg = load_recipe(None, tiny_overrides(*TRL_BASE, "off_policy.k=3", "aggregation=prompt_mean",
+                                           "advantage_norm=batch"))
+    model, tokenizer = load_model_dir(tiny_model_dir)
+    components = build_components(cfg)
+    task = build_task(cfg.task, tokenizer)
+    trainer = build_trainer(cfg, model, tokenizer, task, components, tmp_path / "trl", "cpu")
+    P, G, k = cfg.rollout.prompts_per_batch, cfg.rollout.samples_per_prompt, 3
+    expected = CURRICULA.build(cfg.curriculum)
+    expected.reset(len(task.train), cfg.seed)
+    orders = [expected.sample(P) for _ in range(k)]
+    model.train()
+    trainer._prepare_inputs([{"prompt": "", "answer": ""}] * (k * P * G))
+    record = trainer.recipe_rewards.last
+    for j, minibatch in enumerate(trainer._buffered_inputs):
+        prompts = tokenizer.batch_decode(minibatch["prompt_ids"], skip_special_tokens=True)
+        assert prompts == [task.train[i].prompt for i in orders[j] for _ in range(G)], j
+        rows = slice(j * P * G, (j + 1) * P * G)
+        keep, advantages = filter_and_normalize(record["rewards"][rows], torch.arange(P * G) // G,
+                                                components.batch_filter, components.advantage_norm)
+        assert torch.allclose(minibatch["advantages"], advantages)
+        trained = (minibatch["completion_mask"] * minibatch.get("tool_mask", 1)).sum(dim=1)
+        weights = row_weights(components.aggregation, trained, torch.arange(P * G) // G)
+        assert torch.allclose(minibatch["recipe_row_weights"], weights)
+        assert abs(float((weights * trained).sum()) - 1) < 1e-5  # the step's tokens weigh 1 in all, as native
