@@ -38,9 +38,9 @@ def refused(how: str) -> Support:
     return Support("refused", how)
 
 
-AGGREGATION_HOW = ("our aggregation's weights over the whole minibatch (every rank's rows), applied per token by "
-                   "ScaleRLGRPOTrainer._compute_loss; exact for off_policy k 1, in expectation over TRL's "
-                   "shuffle for k > 1 (as TRL's own token mean)")
+AGGREGATION_HOW = ("our aggregation's weights over each step's minibatch (every rank's rows), applied per token by "
+                   "ScaleRLGRPOTrainer._compute_loss; step j of a generation trains minibatch j, as native "
+                   "(TRL's shuffle of the generation batch is not used)")
 
 CURRICULUM_HOW = ("our curriculum component picks each generation batch's prompts (ScaleRLGRPOTrainer."
                   "curriculum_inputs): the native engine's draws, from every earlier batch's pass rates")
