@@ -400,6 +400,11 @@ def install_trl_hint() -> str:
             "or skip the peer with --no-trl")
 
 
+def weights_sha(model_dir: str) -> str:
+    """SHA-256 of a model directory's weights file (two warm-start keys can name the same weights)."""
+    return hashlib.sha256((Path(model_dir) / "model.safetensors").read_bytes()).hexdigest()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -479,9 +484,9 @@ def main(argv=None) -> int:
         results[who].update({key: child[key] for key in ("recipe_file", "components_file", "python", "torch",
                                                          "torch_threads", "model_dir", "shape", "k", "prompts_per_step",
                                                          "samples_per_prompt", "max_new_tokens", "seed", "first_step")})
-    if runs["old"][0]["child"]["model_dir"] != runs["new"][0]["child"]["model_dir"]:
-        raise SystemExit("bench_speed: old and new code started from different models: "
-                         f"{runs['old'][0]['child']['model_dir']} vs {runs['new'][0]['child']['model_dir']}")
+    old_dir, new_dir = runs["old"][0]["child"]["model_dir"], runs["new"][0]["child"]["model_dir"]
+    if old_dir != new_dir and weights_sha(old_dir) != weights_sha(new_dir):  # a re-keyed warm start is the same
+        raise SystemExit(f"bench_speed: old and new code started from different models: {old_dir} vs {new_dir}")
     first_old, first_new = results["old"]["first_step"], results["new"]["first_step"]
     results["same_first_prompts"] = first_old["prompts_sha"] == first_new["prompts_sha"]
     results["same_first_rollout"] = first_old["rollout_sha"] == first_new["rollout_sha"]
