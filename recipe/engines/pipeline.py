@@ -83,13 +83,12 @@ def publish_dtypes(model) -> dict[str, torch.dtype]:
     halves the bytes of most of the model; embeddings, norms and the head (the FP32 head) compute in
     fp32 and keep their fp32 values. A float32 recipe publishes everything in fp32, as before.
     """
-    compute = lm_parts(model).compute_dtype
-    head = {id(p) for p in lm_parts(model).head.parameters()}
-    body = lm_parts(model).body
-    rounded = {id(p) for module in body.modules() if isinstance(module, torch.nn.Linear)
+    parts = lm_parts(model)
+    head = {id(p) for p in parts.head.parameters()}
+    rounded = {id(p) for module in parts.body.modules() if isinstance(module, torch.nn.Linear)
                for p in module.parameters(recurse=False) if id(p) not in head}
     named = dict(model.named_parameters(remove_duplicate=False))
-    return {name: compute if name in named and id(named[name]) in rounded and tensor.is_floating_point()
+    return {name: parts.compute_dtype if name in named and id(named[name]) in rounded and tensor.is_floating_point()
             else tensor.dtype for name, tensor in model.state_dict().items()}
 
 
@@ -147,8 +146,7 @@ class SharedMemoryWeights:
         """Trainer side: allocate both slots in shared memory (to hand to the generator once)."""
         dtypes = publish_dtypes(model)
         state = distinct_state(model)
-        check_shm_space(self.SLOTS * sum(t.numel() * torch.empty((), dtype=dtypes[name]).element_size()
-                                         for name, t in state.items()))
+        check_shm_space(self.SLOTS * sum(t.numel() * dtypes[name].itemsize for name, t in state.items()))
         self.tensors = [{name: torch.empty(t.shape, dtype=dtypes[name]).share_memory_() for name, t in state.items()}
                         for _ in range(self.SLOTS)]
         return self.tensors

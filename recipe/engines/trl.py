@@ -10,10 +10,11 @@ emulate and what is refused. What we add at TRL's extension points, so a curve f
   length control, as recipe.run.sample_groups does;
 - `_generate_and_score_completions`: each generation batch's prompts are drawn by our curriculum
   component (as the native engine draws them; No-Positive-Resampling's retired set is in our checkpoint
-  state) and its pass rates fed back to it; the advantages are recomputed from the same rewards by our
-  advantage_norm and batch_filter components (a dropped group's loss mask is zeroed), the
-  aggregation's row weights are computed over the whole batch, and the generation's wall-clock, CPU
+  state) and its pass rates fed back to it; for each of its k minibatches the advantages are recomputed
+  from the same rewards by our advantage_norm and batch_filter components (a dropped group's loss mask
+  is zeroed) and the aggregation's row weights computed, as native; the generation's wall-clock, CPU
   time and token counts (every rank's) are recorded;
+- `_prepare_inputs`: TRL's buffering without its shuffle, so step j of a generation trains minibatch j;
 - rollout_func (length_control interruption only): `interrupting_rollout` forces the interruption phrase
   on TRL's own generation path (transformers or vLLM) in two phases, the phrase's tokens masked out;
 - `_compute_loss`: the policy loss is our loss component's, aggregated by those weights: the native
@@ -71,12 +72,25 @@ def loss_arguments(cfg: RecipeConfig) -> dict[str, Any]:
     if loss["name"] == "cispo":
         return {"loss_type": "cispo", "epsilon_high": loss["eps_max"], "importance_sampling_level": "token"}
     loss_type = "dapo" if token_mean else "grpo"
-    if loss["name"] == "grpo":
-        epsilons = {"epsilon": loss["eps"], "epsilon_high": loss["eps"]}
-    else:  # dapo, gspo: asymmetric clip
-        epsilons = {"epsilon": loss["eps_low"], "epsilon_high": loss["eps_high"]}
     level = "sequence" if loss["name"] == "gspo" else "token"
-    return {"loss_type": loss_type, **epsilons, "importance_sampling_level": level}
+    return {"loss_type": loss_type, **clip_epsilons(cfg), "importance_sampling_level": level}
+
+
+def clip_epsilons(cfg: RecipeConfig) -> dict[str, float]:
+    """The PPO clip of a grpo, dapo or gspo loss as TRL names it: grpo's symmetric eps, the others' eps_low/high."""
+    loss = cfg.loss
+    if loss["name"] == "grpo":
+        return {"epsilon": loss["eps"], "epsilon_high": loss["eps"]}
+    return {"epsilon": loss["eps_low"], "epsilon_high": loss["eps_high"]}
+
+
+def batch_shape(cfg: RecipeConfig) -> dict[str, int]:
+    """Rows per process's micro-batch and micro-batches accumulated per optimizer step, for P x G sequences a
+    step over engine.num_processes processes (support.check_engine has checked that they divide)."""
+    processes = cfg.engine.num_processes
+    batch = cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt  # sequences per optimizer step
+    micro = cfg.optimizer.micro_batch_size or batch // processes
+    return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": batch // (micro * processes)}
 
 
 def optimizer_arguments(cfg: RecipeConfig) -> dict[str, Any]:
@@ -95,10 +109,7 @@ def optimizer_arguments(cfg: RecipeConfig) -> dict[str, Any]:
 
 def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str, Any]:
     """The GRPOConfig keyword arguments that run `cfg` (one line per recipe setting)."""
-    processes = cfg.engine.num_processes
-    batch = cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt  # sequences per optimizer step
-    micro = cfg.optimizer.micro_batch_size or batch // processes
-    accumulation = batch // (micro * processes)
+    shape = batch_shape(cfg)
     k = cfg.off_policy["k"]
     bf16_body = cfg.model.dtype == "bfloat16"
     return {
@@ -108,9 +119,8 @@ def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str,
         "bf16": bf16_body, "fp16": cfg.model.dtype == "float16",
         # G samples of P prompts per optimizer step; k optimizer steps per generation (PPO-off-policy-k).
         "num_generations": cfg.rollout.samples_per_prompt,
-        "per_device_train_batch_size": micro,
-        "gradient_accumulation_steps": accumulation,
-        "steps_per_generation": k * accumulation,
+        **shape,
+        "steps_per_generation": k * shape["gradient_accumulation_steps"],
         "num_iterations": 1,
         "max_completion_length": cfg.rollout.max_new_tokens,
         "temperature": cfg.rollout.temperature, "top_p": 1.0, "top_k": 0,
@@ -139,19 +149,14 @@ def async_grpo_arguments(cfg: RecipeConfig, output_dir: Path) -> dict[str, Any]:
     server's decode steps). Its loss and advantages are its own (support.ASYNC_GRPO_CHOICES says which
     recipe choices that leaves).
     """
-    batch = cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt
-    micro = cfg.optimizer.micro_batch_size or batch // cfg.engine.num_processes
-    eps = (cfg.loss["eps"], cfg.loss["eps"]) if cfg.loss["name"] == "grpo" else (cfg.loss["eps_low"],
-                                                                                cfg.loss["eps_high"])
     return {
         "output_dir": str(output_dir), "seed": cfg.seed, "dtype": cfg.model.dtype,
         "bf16": cfg.model.dtype == "bfloat16",
         "num_generations": cfg.rollout.samples_per_prompt,
-        "per_device_train_batch_size": micro,
-        "gradient_accumulation_steps": batch // (micro * cfg.engine.num_processes),
+        **batch_shape(cfg),
         "max_completion_length": cfg.rollout.max_new_tokens,
         "temperature": cfg.rollout.temperature, "top_p": 1.0, "top_k": 0,
-        "epsilon": eps[0], "epsilon_high": eps[1],
+        **clip_epsilons(cfg),
         "max_staleness": cfg.off_policy["k"], "weight_sync_steps": 1,
         "vllm_server_base_url": cfg.engine.vllm_server_url,
         **optimizer_arguments(cfg),
@@ -160,15 +165,20 @@ def async_grpo_arguments(cfg: RecipeConfig, output_dir: Path) -> dict[str, Any]:
     }
 
 
+def prompt_dataset(task):
+    """The task's training prompts and answers as the datasets.Dataset TRL's trainers iterate."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]})
+
+
 def build_async_trainer(cfg: RecipeConfig, model_dir: Path, tokenizer, task, components, output_dir: Path):
     """TRL's AsyncGRPOTrainer for off_policy pipeline_rl (GPU and a vLLM server only; not run here yet)."""
-    from datasets import Dataset
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
     rewards = RecipeRewards(task, tokenizer, components.length_control)
-    dataset = Dataset.from_dict({"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]})
     return AsyncGRPOTrainer(model=str(model_dir), reward_funcs=rewards, args=AsyncGRPOConfig(
-        **async_grpo_arguments(cfg, output_dir)), train_dataset=dataset, processing_class=tokenizer)
+        **async_grpo_arguments(cfg, output_dir)), train_dataset=prompt_dataset(task), processing_class=tokenizer)
 
 
 @contextmanager
@@ -345,8 +355,8 @@ def row_weights(aggregation, token_counts: torch.Tensor, group_ids: torch.Tensor
     """Per-row token weight of `aggregation` over a batch whose rows hold `token_counts` real tokens.
 
     Every registered aggregation weighs the tokens of one row alike (loss = sum_bt w_b m_bt l_bt), so
-    the weights follow from the counts alone: computed once over the whole generation batch (every
-    rank's rows), they travel with the rows through TRL's shuffle, split and accumulation.
+    the weights follow from the counts alone: computed once per minibatch (every rank's rows), they
+    travel with the rows through TRL's split into processes and accumulated micro-batches.
     """
     width = int(token_counts.max().clamp_min(1))
     mask = torch.arange(width)[None, :] < token_counts[:, None]
@@ -469,11 +479,12 @@ def make_trainer_class():
                                  for start in range(0, len(counts), PG)])
             output["recipe_row_weights"] = weights[mine].to(device=output["advantages"].device, dtype=torch.float32)
             # The meter charges the whole batch (every process's rows), minibatch j at step j, in the native order.
+            lengths = native_order(record["lengths"])
             self.recipe_generation = {
                 "clock": since(started), "rows_per_step": PG,
                 "prompt_lengths": native_order(output["prompt_mask"].sum(dim=1)).tolist(),
-                "lengths": native_order(record["lengths"]).tolist(), "kept": keep.tolist(),
-                "metrics": rollout_metrics(correct, rewards, native_order(record["lengths"]),
+                "lengths": lengths.tolist(), "kept": keep.tolist(),
+                "metrics": rollout_metrics(correct, rewards, lengths,
                                            ~native_order(record["ended"]), native_order(record["interrupted"]),
                                            keep, G),
             }
@@ -484,17 +495,15 @@ def make_trainer_class():
 
 def build_trainer(cfg: RecipeConfig, model, tokenizer, task, components, output_dir: Path, device: str):
     """The ScaleRLGRPOTrainer of `cfg` on the task's training prompts (what train_trl runs)."""
-    from datasets import Dataset
     from trl import GRPOConfig
 
     rewards = RecipeRewards(task, tokenizer, components.length_control)
-    # TRL iterates this dataset, but each generation batch's prompts are our curriculum's (curriculum_inputs).
-    dataset = Dataset.from_dict({"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]})
     interrupting = components.length_control.interruption_phrase is not None
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func's warning says it is experimental
     trainer = make_trainer_class()(model=model, reward_funcs=rewards, args=GRPOConfig(**trl_arguments(cfg, output_dir,
                                                                                                         device)),
-                                   train_dataset=dataset, processing_class=tokenizer,
+                                   # TRL iterates it; each generation batch's prompts are our curriculum's.
+                                   train_dataset=prompt_dataset(task), processing_class=tokenizer,
                                    rollout_func=interrupting_rollout if interrupting else None)
     trainer.recipe_rewards, trainer.recipe_components, trainer.recipe_task = rewards, components, task
     trainer.recipe_curriculum, trainer.recipe_prompts_per_batch = components.curriculum, cfg.rollout.prompts_per_batch
