@@ -79,7 +79,7 @@ NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped")
 # that value the key stays out of the id, so a sweep begun before the key existed resumes its jobs.
 ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer.micro_batch_tokens": 0,
                    "optimizer.gradient_checkpointing": False, "engine.vllm_server_url": "http://localhost:8000",
-                   "engine.vllm_server_devices": 0}
+                   "engine.vllm_server_devices": 0, "rollout.decode_token_budget": 0, "eval.decode_token_budget": 0}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -157,7 +157,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     # A group of one sample has no spread, so no advantage: G >= 2.
     "rollout.prompts_per_batch": (1, math.inf, True), "rollout.samples_per_prompt": (2, math.inf, True),
     "rollout.temperature": (0, math.inf, False), "rollout.max_new_tokens": (1, math.inf, True),
-    "rollout.rows_per_call": (1, math.inf, True),
+    "rollout.rows_per_call": (1, math.inf, True), "rollout.decode_token_budget": (0, math.inf, True),
     "optimizer.lr": (0, math.inf, False), "optimizer.warmup_steps": (0, math.inf, True),
     "optimizer.weight_decay": (0, math.inf, True), "optimizer.eps": (0, math.inf, False),
     "optimizer.beta1": (0, 1, True), "optimizer.beta2": (0, 1, True), "optimizer.grad_clip": (0, math.inf, False),
@@ -165,6 +165,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "eval.every_steps": (1, math.inf, True), "eval.points_per_doubling": (0, math.inf, True),
     "eval.num_prompts": (1, math.inf, True),
     "eval.samples_per_prompt": (1, math.inf, True), "eval.batch_size": (1, math.inf, True),
+    "eval.decode_token_budget": (0, math.inf, True),
     "eval.seed": (0, math.inf, True),
     "checkpoint.every_steps": (1, math.inf, True),
     "max_steps": (0, math.inf, True), "engine.num_processes": (1, math.inf, True),

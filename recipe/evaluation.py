@@ -105,7 +105,8 @@ def evaluate(model, tokenizer, task, *, precision, length_control, eval_cfg, max
         rows = slice(start, start + size)
         rollout = generate(model, tokenizer, prompts[rows], precision=precision, length_control=length_control,
                            max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy_rows[rows],
-                           torch_rng=torch_rng, numpy_rng=numpy_rng)
+                           torch_rng=torch_rng, numpy_rng=numpy_rng,
+                           decode_token_budget=eval_cfg.decode_token_budget)
         corrects.append(score(task, tokenizer, rollout, answers[rows]))
         lengths.append(rollout.lengths.cpu().float())
         truncated.append(rollout.truncated.cpu().float())

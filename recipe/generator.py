@@ -23,6 +23,13 @@ sampling stop spending work on finished ones (~16% of a generate call on the tes
 answers end at 11 or 14 tokens of 15). Their later tokens are padding, as before. DecodeBatch
 owns that side: the prefill, the cache (shared prefix or gathered), the active rows.
 
+Memory: each layer's response keys and values live in buffers of the generation's token limit,
+allocated once per decode batch (SharedPrefixCache.append writes a step in place; nothing grows by
+concatenation), and `decode_token_budget` bounds a decode batch to rows x (prompt width + limit)
+tokens: a call's rows decode in groups of that size, one after the other, each row with the uniforms
+and thinking budget drawn for it up front, so the samples do not depend on the budget. (A model
+outside the shared-prefix attention keeps transformers' DynamicCache, which grows by concatenation.)
+
 `generate`'s loop is then, per step: decode (pick_tokens on the active rows), force (RowState: the
 tokens the rows emit, and each row moved on), compact (DecodeBatch drops finished rows and feeds the
 tokens to the model).
@@ -199,9 +206,10 @@ class DecodeBatch:
         B, P = prompt_mask.shape
         self.shared_prefix, self.attention_mask = None, None
         if shared_prefix_decoding and supports_shared_prefix(model):
-            self.shared_prefix = SharedPrefixCache(self.cache, distinct_mask, row_prompt)
+            self.shared_prefix = SharedPrefixCache(self.cache, distinct_mask, row_prompt, capacity=limit)
         else:  # the per-row cache's mask (B, P + limit): the first `width` columns are the tokens so far
-            if len(distinct_ids) < B:
+            # Row r reads prompt row_prompt[r]: gathered unless the prompts are the rows in order.
+            if not torch.equal(row_prompt, torch.arange(B, device=row_prompt.device)):
                 self.cache.batch_select_indices(row_prompt)
             self.attention_mask = torch.cat([prompt_mask, prompt_mask.new_ones(B, limit)], dim=1)
         self.width = P
@@ -261,15 +269,28 @@ def pick_tokens(logits: torch.Tensor, temperature: float, greedy: bool | torch.T
     return token, logp_all.gather(-1, token[:, None]).squeeze(-1).float()
 
 
+def decode_parts(rows: int, row_tokens: int, token_budget: int) -> list[slice]:
+    """Consecutive groups of rows that each hold at most token_budget tokens of row_tokens each (one row at
+    least); token_budget 0: all rows in one group."""
+    per_part = rows if token_budget <= 0 else max(1, token_budget // row_tokens)
+    return [slice(start, min(rows, start + per_part)) for start in range(0, rows, per_part)]
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], *, precision, length_control, max_new_tokens: int,
              temperature: float = 1.0, greedy: bool | torch.Tensor = False, torch_rng: torch.Generator | None = None,
              numpy_rng: np.random.Generator | None = None, policy_version: int = 0,
-             on_decode_step: Callable[[], int] | None = None, shared_prefix_decoding: bool = True) -> Rollout:
+             on_decode_step: Callable[[], int] | None = None, shared_prefix_decoding: bool = True,
+             decode_token_budget: int = 0) -> Rollout:
     """Sample one response per prompt (repeat prompts for G samples). Runs on the model's device.
 
     greedy: True takes the argmax token everywhere; a (B,) bool tensor takes it on its True rows
     and samples the others (evaluation runs its greedy and sampled answers as one batch).
+    decode_token_budget: the most tokens, rows x (prompt width + the token limit), one decode batch
+    holds (its key/value cache and every per-token tensor of decoding are bounded by it); the rows
+    decode in consecutive groups of that size, one after the other (0: all at once). Every row's
+    uniforms and thinking budget are drawn up front for the whole call, so the samples are the same
+    whatever the budget.
     """
     device = next(model.parameters()).device
     # G samples of a prompt share its prefill: the body runs once per distinct prompt.
@@ -287,59 +308,73 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         greedy_rows = greedy.to(device=device, dtype=torch.bool)
 
     budgets = length_control.thinking_budgets(B, numpy_rng) if numpy_rng is not None else None
-    rows = RowState(B, eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id,
-                    close=tokenizer.encode(THINK_CLOSE, add_special_tokens=False),
-                    phrase=None if budgets is None else tokenizer.encode(length_control.interruption_phrase,
-                                                                         add_special_tokens=False),
-                    budgets=budgets, answer_budget=length_control.answer_budget, device=device)
+    row_state = dict(eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id,
+                     close=tokenizer.encode(THINK_CLOSE, add_special_tokens=False),
+                     phrase=None if budgets is None else tokenizer.encode(length_control.interruption_phrase,
+                                                                          add_special_tokens=False),
+                     answer_budget=length_control.answer_budget, device=device)
     # The interruption must be able to finish: phrase + answer after the largest budget.
-    limit = max(max_new_tokens, rows.interrupted_width())
+    limit = max(max_new_tokens, RowState(B, budgets=budgets, **row_state).interrupted_width())
     # One uniform per row and position, drawn before decoding: row r's t-th token is decided by
     # uniforms[r, t] whatever the other rows do (finished rows leave the batch; see inverse_cdf_sample).
     uniforms = torch.rand(B, limit, generator=torch_rng, device=device)
-    # What each step emits, by step (limit, B): a step writes one contiguous row.
-    emitted = torch.empty(limit, B, dtype=torch.long, device=device)
-    logprobs = torch.empty(limit, B, dtype=torch.float32, device=device)
-    loss_mask = torch.empty(limit, B, dtype=torch.bool, device=device)
-    versions = []
+    # What each step emits, by step (limit, B): a step writes one contiguous row. A group of rows that
+    # finishes before another leaves <pad>, loss mask False and logprob 0 in the later steps.
+    emitted = torch.full((limit, B), tokenizer.pad_token_id, dtype=torch.long, device=device)
+    logprobs = torch.zeros(limit, B, dtype=torch.float32, device=device)
+    loss_mask = torch.zeros(limit, B, dtype=torch.bool, device=device)
+    versions = torch.empty(limit, B, dtype=torch.long, device=device)
+    lengths = torch.zeros(B, dtype=torch.long, device=device)
+    truncated = torch.zeros(B, dtype=torch.bool, device=device)
+    interrupted = torch.zeros(B, dtype=torch.bool, device=device)
     version = on_decode_step() if on_decode_step is not None else policy_version
+    steps = 0
+    for part in decode_parts(B, P + limit, decode_token_budget):
+        used, local_prompt = torch.unique(row_prompt[part], return_inverse=True)
+        rows = RowState(part.stop - part.start, budgets=None if budgets is None else budgets[part], **row_state)
+        batch = DecodeBatch(model, distinct_ids[used], distinct_mask[used], local_prompt,
+                            shared_prefix_decoding=shared_prefix_decoding, limit=limit)
+        hidden, close_len = batch.hidden, rows.close.shape[0]
+        part_greedy = greedy if greedy_rows is None else greedy_rows[part]
+        part_uniforms = uniforms[part]
+        for t in range(limit):
+            # Decode: the active rows' next tokens, then widened to all of the group's rows.
+            logits = precision.head_logits(hidden, batch.parts.head.weight, batch.parts.head.bias)  # (A, V)
+            pick_greedy = part_greedy if greedy_rows is None else part_greedy[batch.active]
+            uniform = None if greedy_rows is None and greedy else part_uniforms[batch.active, t]
+            token, logp = pick_tokens(logits, temperature, pick_greedy, uniform)
+            # Force: queued phrase tokens replace samples, finished rows emit <pad>; only samples are trained on.
+            token, sampled = rows.force(batch.widen(token, rows.pad))
+            emitted[t, part], loss_mask[t, part] = token, sampled
+            logprobs[t, part] = batch.widen(logp, 0.0).where(sampled, 0.0)
+            versions[t, part] = version
+            rows.advance(token, sampled, emitted[max(t + 1 - close_len, 0):t + 1, part])
+            if bool(rows.finished.all()) or t == limit - 1:
+                break
+            # Compact, then feed the emitted tokens (new weights, if any, apply from this forward pass on).
+            batch.compact(rows.finished)
+            if on_decode_step is not None:
+                version = on_decode_step()
+            hidden = batch.step(token)
+        versions[t + 1:, part] = version
+        steps = max(steps, t + 1)
+        lengths[part], interrupted[part] = rows.lengths, rows.interrupted
+        truncated[part] = rows.truncated | ~rows.finished  # out of the length limit before <eos>
+        del batch  # its cache goes before the next group's is allocated
 
-    batch = DecodeBatch(model, distinct_ids, distinct_mask, row_prompt, shared_prefix_decoding=shared_prefix_decoding,
-                        limit=limit)
-    hidden, close_len = batch.hidden, rows.close.shape[0]
-    for t in range(limit):
-        # Decode: the active rows' next tokens, then widened to all B rows.
-        logits = precision.head_logits(hidden, batch.parts.head.weight, batch.parts.head.bias)  # (A, V), head dtype
-        pick_greedy = greedy if greedy_rows is None else greedy_rows[batch.active]
-        uniform = None if greedy_rows is None and greedy else uniforms[batch.active, t]
-        token, logp = pick_tokens(logits, temperature, pick_greedy, uniform)
-        # Force: queued phrase tokens replace samples, finished rows emit <pad>; only samples are trained on.
-        token, sampled = rows.force(batch.widen(token, rows.pad))
-        emitted[t], loss_mask[t] = token, sampled
-        logprobs[t] = batch.widen(logp, 0.0).where(sampled, 0.0)
-        versions.append(version)
-        rows.advance(token, sampled, emitted[max(t + 1 - close_len, 0):t + 1])
-        if bool(rows.finished.all()) or t == limit - 1:
-            break
-        # Compact, then feed the emitted tokens (new weights, if any, apply from this forward pass on).
-        batch.compact(rows.finished)
-        if on_decode_step is not None:
-            version = on_decode_step()
-        hidden = batch.step(token)
-
-    T = len(versions)
+    T = steps
     response = emitted[:T].T.contiguous()
-    valid = torch.arange(T, device=device)[None, :] < rows.lengths[:, None]
+    valid = torch.arange(T, device=device)[None, :] < lengths[:, None]
     return Rollout(
         input_ids=torch.cat([input_ids, response], dim=1),
         attention_mask=torch.cat([prompt_mask, valid.long()], dim=1),
         prompt_width=P,
         loss_mask=loss_mask[:T].T.contiguous(),
         old_logprobs=logprobs[:T].T.contiguous(),
-        lengths=rows.lengths,
-        truncated=rows.truncated | ~rows.finished,  # out of the length limit before <eos>
-        interrupted=rows.interrupted,
-        versions=torch.tensor(versions, dtype=torch.long, device=device)[None, :].expand(B, -1).clone(),
+        lengths=lengths,
+        truncated=truncated,
+        interrupted=interrupted,
+        versions=versions[:T].T.contiguous(),
     )
 
 

@@ -53,11 +53,14 @@ class SharedPrefixCache:
     prompt_keys/values: per layer (U, H_kv, P, D); prompt_bias (U, 1, 1, P): 0 on real prompt tokens,
     -inf on padding; row_prompt (A,): each active row's prompt; slot (A,): the row's index among the
     rows of its prompt (< width), fixed at the start so dropping finished rows needs no renumbering;
-    response_keys/values: per layer (A, H_kv, T, D), the T response tokens decoded so far.
+    response_keys/values: per layer (A, H_kv, capacity, D) buffers allocated at the first decode step,
+    the first filled[layer] positions holding the response tokens decoded so far.
     """
 
-    def __init__(self, prefill_cache, prompt_mask: torch.Tensor, row_prompt: torch.Tensor) -> None:
-        """From a prefill cache over the U distinct prompts (prompt_mask (U, P)) for rows row_prompt (B,)."""
+    def __init__(self, prefill_cache, prompt_mask: torch.Tensor, row_prompt: torch.Tensor, capacity: int = 0) -> None:
+        """From a prefill cache over the U distinct prompts (prompt_mask (U, P)) for rows row_prompt (B,);
+        capacity: the most response tokens a row will decode (its key/value buffers' length; 0 for the
+        trainer, which never appends)."""
         self.prompt_keys = [layer.keys for layer in prefill_cache.layers]
         self.prompt_values = [layer.values for layer in prefill_cache.layers]
         dtype = self.prompt_keys[0].dtype
@@ -70,6 +73,8 @@ class SharedPrefixCache:
         self.row_prompt = row_prompt
         self.width = int(self.slot.max()) + 1
         self.dense = self._is_dense()
+        self.capacity = capacity
+        self.filled = [0] * len(self.prompt_keys)  # response tokens in each layer's buffers
         self.response_keys: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
         self.response_values: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
         self.packed: tuple[torch.Tensor, int] | None = None
@@ -123,21 +128,34 @@ class SharedPrefixCache:
         self.row_prompt, self.slot = self.row_prompt[keep], self.slot[keep]
         self._row_bias = None
         self.dense = self._is_dense()
-        self.response_keys = [None if k is None else k[keep] for k in self.response_keys]
-        self.response_values = [None if v is None else v[keep] for v in self.response_values]
+        # Moved to the front of the same buffers: no new allocation, and only the filled part is copied.
+        for buffers in (self.response_keys, self.response_values):
+            for layer, buffer in enumerate(buffers):
+                if buffer is not None:
+                    filled = self.filled[layer]
+                    buffer[:len(keep), :, :filled] = buffer[keep, :, :filled]
+                    buffers[layer] = buffer[:len(keep)]
 
     def append(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add this step's (A, H_kv, 1, D) keys and values; the layer's response keys and values so far.
 
-        By concatenation, as Hugging Face's DynamicCache does: a buffer preallocated for the whole
-        response and read through views of its filled part was measured slower on CPU (the batched
-        matmuls over those strided views cost ~3x the contiguous ones, more than the copy saves).
+        Written into buffers of `capacity` positions allocated at the first step and read through views
+        of their filled part: the cache never grows by concatenation, which copied every row's keys at
+        every step (quadratic in the response) and, on CPU, left glibc's heap growing with freed blocks
+        too small for the next, longer copy (BENCHMARKS.md, "Trainer memory against response length").
         """
-        if self.response_keys[layer] is not None:
-            key = torch.cat([self.response_keys[layer], key], dim=2)
-            value = torch.cat([self.response_values[layer], value], dim=2)
-        self.response_keys[layer], self.response_values[layer] = key, value
-        return key, value
+        filled = self.filled[layer]
+        if filled >= self.capacity:
+            raise ValueError(f"shared-prefix cache: layer {layer} already holds its capacity of {self.capacity} "
+                             "response tokens; generate sizes it by the generation's token limit")
+        if self.response_keys[layer] is None:
+            A, heads_kv, _, D = key.shape
+            self.response_keys[layer] = key.new_empty(A, heads_kv, self.capacity, D)
+            self.response_values[layer] = value.new_empty(A, heads_kv, self.capacity, D)
+        self.response_keys[layer][:, :, filled] = key[:, :, 0]
+        self.response_values[layer][:, :, filled] = value[:, :, 0]
+        self.filled[layer] = filled + 1
+        return (self.response_keys[layer][:, :, :filled + 1], self.response_values[layer][:, :, :filled + 1])
 
     def grouped(self, rows: torch.Tensor, heads_kv: int) -> torch.Tensor:
         """(A, H, Q, X) per row -> (U, H_kv, (H / H_kv) * width * Q, X) per prompt (zeros where no row)."""
@@ -234,18 +252,18 @@ def two_part_attention(cache: SharedPrefixCache, layer: int, query, response_key
     query = query * scaling  # scaled once for both parts
     prompt_scores = cache.grouped(query, heads_kv) @ cache.prompt_keys[layer].transpose(-1, -2)
     prompt_scores = cache.ungrouped(prompt_scores, H, Q) + cache.row_bias  # (A, H, Q, P)
-    if heads_kv != H:
-        response_keys = response_keys.repeat_interleave(H // heads_kv, dim=1)
-        response_values = response_values.repeat_interleave(H // heads_kv, dim=1)
-    response_scores = query @ response_keys.transpose(-1, -2)  # (A, H, Q, T)
+    T = response_keys.shape[2]
+    # Query head h reads key head h // (H / H_kv): the H / H_kv query heads of a key head are laid out as
+    # its rows ((A, H_kv, (H / H_kv) x Q, D), a view), so the keys are read as they are, never repeated.
+    response_scores = (query.reshape(A, heads_kv, -1, D) @ response_keys.transpose(-1, -2)).view(A, H, Q, T)
     if Q > 1:  # query i is response token T - Q + i: it sees response keys up to itself
-        T = response_scores.shape[-1]
         future = torch.ones(Q, T, dtype=torch.bool, device=query.device).triu(T - Q + 1)
         response_scores = response_scores.masked_fill(future, float("-inf"))
     weights = torch.softmax(torch.cat([prompt_scores, response_scores], dim=-1).float(), dim=-1).to(query.dtype)
     P = prompt_scores.shape[-1]
     out = cache.ungrouped(cache.grouped(weights[..., :P], heads_kv) @ cache.prompt_values[layer], H, Q)
-    return out + weights[..., P:] @ response_values  # (A, H, Q, D)
+    response_out = weights[..., P:].reshape(A, heads_kv, -1, T) @ response_values
+    return out + response_out.view(A, H, Q, D)  # (A, H, Q, D)
 
 
 def supports_shared_prefix(model) -> bool:

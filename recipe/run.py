@@ -122,7 +122,8 @@ def sample_groups(model, tokenizer, task, c: Components, cfg: RecipeConfig, prom
     rollout = generate(model, tokenizer, [p.prompt for p in problems for _ in range(G)], precision=c.precision,
                        length_control=c.length_control, max_new_tokens=cfg.rollout.max_new_tokens,
                        temperature=cfg.rollout.temperature, torch_rng=rngs["torch"], numpy_rng=rngs["numpy"],
-                       policy_version=policy_version, on_decode_step=on_decode_step)
+                       policy_version=policy_version, on_decode_step=on_decode_step,
+                       decode_token_budget=cfg.rollout.decode_token_budget)
     correct = score(task, tokenizer, rollout, [p.answer for p in problems for _ in range(G)]).cpu()
     rewards = c.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), rollout.lengths.cpu(), correct)
     return Samples(list(prompt_ids), rollout, correct, rewards, *since(started))

@@ -79,6 +79,10 @@ class RolloutConfig:
     # their weights, so they are sampled together up to this many rows (the testbed's 8 x 256 in one
     # call). Lower it for a large model whose KV cache would not fit.
     rows_per_call: int = 2048
+    # The most tokens, rows x (prompt width + token limit), one decode batch holds: a call's rows decode in
+    # consecutive groups of that size, bounding the key/value cache whatever the lengths (0: no bound).
+    # The samples are the same whatever its value (recipe.generator.generate). Native engine.
+    decode_token_budget: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,8 @@ class EvalConfig:
     # Answers generated per call, sampled and greedy together (num_prompts x (samples_per_prompt + 1)
     # rows in all): the testbed's 640 in one call. Lower it when a large model's KV cache must fit.
     batch_size: int = 1024
+    # As rollout.decode_token_budget, for the evaluation's generate calls (0: no bound).
+    decode_token_budget: int = 0
     # The random stream of the evaluation's draws (sampling uniforms, thinking budgets): one fixed
     # stream, so every run of a sweep, whatever its seed, is scored on the same test; null: the run's
     # own seed (each seed a different test).

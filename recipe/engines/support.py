@@ -177,6 +177,10 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
         raise UnsupportedRecipe(f"optimizer.micro_batch_tokens: {recipe['optimizer']['micro_batch_tokens']} cannot "
                                 "run on engine trl (TRL accumulates micro-batches of a fixed number of rows); set "
                                 "optimizer.micro_batch_tokens 0 and bound memory with optimizer.micro_batch_size")
+    if recipe["rollout"]["decode_token_budget"]:
+        raise UnsupportedRecipe(f"rollout.decode_token_budget: {recipe['rollout']['decode_token_budget']} cannot run "
+                                "on engine trl (TRL generates the rollouts itself); set it to 0 and bound generation "
+                                "memory with TRL's vLLM settings")
     micro = recipe["optimizer"]["micro_batch_size"]
     batch = recipe["rollout"]["prompts_per_batch"] * recipe["rollout"]["samples_per_prompt"]
     if micro and batch % (micro * recipe["engine"]["num_processes"]):

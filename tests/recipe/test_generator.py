@@ -211,6 +211,41 @@ def test_a_rows_draws_do_not_depend_on_which_rows_are_still_decoding(model_and_t
     assert torch.equal(kept.input_ids, compacted.input_ids)
 
 
+@pytest.mark.parametrize("shared_prefix_decoding", [True, False])
+def test_a_decode_token_budget_bounds_the_batch_and_samples_the_same(model_and_tokenizer, monkeypatch,
+                                                                      shared_prefix_decoding):
+    # decode_token_budget splits the call's rows into groups decoded one after the other; each row
+    # keeps its own uniforms and thinking budget, so tokens, masks, flags and (to round-off) logprobs
+    # are those of the one big batch, greedy rows, interruptions and prompts split across groups included.
+    import recipe.generator
+
+    model, tokenizer = model_and_tokenizer
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    interruption = REGISTRIES["length_control"].build(
+        {"name": "interruption", "min_thinking": 2, "max_thinking": 5, "answer_budget": 3})
+    greedy = torch.arange(len(PROMPTS)) % 5 == 0
+    whole = sample(model, tokenizer, precision, interruption, seed=7, greedy=greedy,
+                   shared_prefix_decoding=shared_prefix_decoding)
+    budget = 3 * (whole.prompt_width + 16)
+    batch_tokens = []
+    original = recipe.generator.DecodeBatch.__init__
+
+    def record(self, model, distinct_ids, distinct_mask, row_prompt, **kwargs):
+        batch_tokens.append(len(row_prompt) * (distinct_ids.shape[1] + kwargs["limit"]))
+        original(self, model, distinct_ids, distinct_mask, row_prompt, **kwargs)
+
+    monkeypatch.setattr(recipe.generator.DecodeBatch, "__init__", record)
+    parts = sample(model, tokenizer, precision, interruption, seed=7, greedy=greedy,
+                   shared_prefix_decoding=shared_prefix_decoding, decode_token_budget=budget)
+    assert len(batch_tokens) >= 6 and max(batch_tokens) <= budget  # 16 rows in groups of at most 3
+    assert whole.interrupted.any() and not whole.interrupted.all()
+    for key in ("input_ids", "attention_mask", "loss_mask", "lengths", "truncated", "interrupted", "versions"):
+        assert torch.equal(getattr(parts, key), getattr(whole, key)), key
+    assert (parts.old_logprobs - whole.old_logprobs).abs().max() < 1e-5
+    gap = (recompute(model, precision, parts) - parts.old_logprobs)[parts.loss_mask].abs().max()
+    assert gap < 1e-5
+
+
 @pytest.mark.parametrize("compact_fraction", [2.0, 0.01])  # never drop finished rows; drop them at every step
 def test_shared_prefix_decoding_samples_what_per_row_caches_sample(model_and_tokenizer, monkeypatch,
                                                                    compact_fraction):

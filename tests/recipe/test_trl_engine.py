@@ -555,3 +555,15 @@ def test_step_j_of_a_generation_trains_minibatch_j_its_own_advantages_and_weight
         weights = row_weights(components.aggregation, trained, torch.arange(P * G) // G)
         assert torch.allclose(minibatch["recipe_row_weights"], weights)
         assert abs(float((weights * trained).sum()) - 1) < 1e-5  # the step's tokens weigh 1 in all, as native
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["engine.name=trl", "off_policy=ppo_off_policy", "rollout.decode_token_budget=4096"],
+     "rollout.decode_token_budget: 4096 cannot run on engine trl \\(TRL generates the rollouts itself\\); set it to 0"),
+    (["rollout.decode_token_budget=-1"], "rollout.decode_token_budget: got -1"),
+    (["eval.decode_token_budget=1.5"], "eval.decode_token_budget"),
+])
+def test_a_bad_decode_token_budget_is_refused_in_one_line(overrides, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        load_recipe(None, overrides)
+    assert "\n" not in str(error.value)
