@@ -92,6 +92,17 @@ def publish_dtypes(model) -> dict[str, torch.dtype]:
             else tensor.dtype for name, tensor in model.state_dict().items()}
 
 
+def hold_in_publish_dtypes(model) -> None:
+    """Keep each of the generator's weights in the dtype it is published in (publish_dtypes): a bf16 recipe's
+    body Linear weights in bf16, half their fp32 bytes, and no decode step casts them again. The generator
+    decodes under the same autocast, which multiplies in bf16 either way, so its tokens and logprobs are
+    unchanged bit for bit; the head keeps its fp32 weight for the FP32 head."""
+    dtypes = publish_dtypes(model)
+    for name, parameter in model.named_parameters():
+        if dtypes.get(name, parameter.dtype) != parameter.dtype:
+            parameter.data = parameter.data.to(dtypes[name])
+
+
 def distinct_state(model) -> dict[str, torch.Tensor]:
     """The model's state dict with each tensor once: tied weights (a head tied to the embeddings) share their
     storage and are published and received under their first name."""
@@ -385,6 +396,7 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
     channels.groups.cancel_join_thread()  # groups left unread at the end must not block this process's exit
     model, tokenizer = load_model_dir(model_directory(cfg), cfg.model.dtype, device)
     model.eval()
+    hold_in_publish_dtypes(model)
     task = build_task(cfg.task, tokenizer)
     c = build_components(cfg)
     channels.weights.tensors = wait_get(channels.handoff, channels)

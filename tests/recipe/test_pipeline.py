@@ -168,8 +168,9 @@ def test_a_job_is_charged_for_the_devices_it_holds(overrides, device, gpus, held
 def test_a_bf16_recipe_publishes_its_linear_weights_in_bf16_and_the_generator_samples_exactly_as_before(
         tiny_model_dir):
     """The body's Linear weights go out in the compute dtype (autocast rounds them so at every matmul anyway),
-    embeddings, norms and the FP32 head in fp32: the generator's tokens and logprobs are unchanged, bit for bit."""
-    from recipe.engines.pipeline import publish_dtypes
+    embeddings, norms and the FP32 head in fp32, and the generator holds them so: its tokens and logprobs are
+    unchanged, bit for bit."""
+    from recipe.engines.pipeline import hold_in_publish_dtypes, publish_dtypes
 
     trainer_model, tokenizer = load_model_dir(tiny_model_dir, "bfloat16")
     dtypes = publish_dtypes(trainer_model)
@@ -184,6 +185,11 @@ def test_a_bf16_recipe_publishes_its_linear_weights_in_bf16_and_the_generator_sa
     assert published < total
     channel.publish(trainer_model, version=3)
     generator_model, _ = load_model_dir(tiny_model_dir, "bfloat16")
+    hold_in_publish_dtypes(generator_model)
+    held = {name: p.dtype for name, p in generator_model.named_parameters(remove_duplicate=False)}
+    assert held == {name: dtypes[name] for name in held}  # bf16 Linear weights, the fp32 head and embeddings
+    assert sum(p.numel() * p.element_size() for p in generator_model.parameters()) < sum(
+        p.numel() * p.element_size() for p in trainer_model.parameters())
     with torch.no_grad():
         for p in generator_model.parameters():
             p.add_(1.0)  # stale weights, to be replaced
