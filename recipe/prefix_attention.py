@@ -45,6 +45,13 @@ NAME = "scalerl_shared_prefix"
 # makes, so memory grows linearly with the response, not with its square. 0: the whole response at once
 # (the code before issue 38; benchmarks/bench_train_memory.py compares the two).
 TRAINING_QUERY_BLOCK = 512
+# Decoding keeps each layer's response keys and values in buffers of the token limit (no per-step
+# concatenation) on CUDA, and on CPU from this many tokens on. Below it, on CPU, concatenation is faster:
+# a batched matmul over the buffers' strided views is 3-5x slower than over contiguous keys, and copying
+# them contiguous each step costs more than the concatenation (testbed, AMD EPYC: generate 8% slower with
+# buffers). Past it, concatenating left glibc's heap growing (+11.6 GB for one 4,096-token decode that
+# holds 16.8 MB of keys and values: BENCHMARKS.md, "Trainer memory against response length on CPU").
+PREALLOCATE_FROM_TOKENS = 256
 
 
 class SharedPrefixCache:
@@ -53,8 +60,9 @@ class SharedPrefixCache:
     prompt_keys/values: per layer (U, H_kv, P, D); prompt_bias (U, 1, 1, P): 0 on real prompt tokens,
     -inf on padding; row_prompt (A,): each active row's prompt; slot (A,): the row's index among the
     rows of its prompt (< width), fixed at the start so dropping finished rows needs no renumbering;
-    response_keys/values: per layer (A, H_kv, capacity, D) buffers allocated at the first decode step,
-    the first filled[layer] positions holding the response tokens decoded so far.
+    response_keys/values: per layer, the response tokens decoded so far: (A, H_kv, capacity, D) buffers
+    allocated at the first decode step whose first filled[layer] positions hold them (`preallocated`), or
+    (A, H_kv, T, D) tensors grown by concatenation (short decodes on CPU: PREALLOCATE_FROM_TOKENS).
     """
 
     def __init__(self, prefill_cache, prompt_mask: torch.Tensor, row_prompt: torch.Tensor, capacity: int = 0) -> None:
@@ -74,6 +82,7 @@ class SharedPrefixCache:
         self.width = int(self.slot.max()) + 1
         self.dense = self._is_dense()
         self.capacity = capacity
+        self.preallocated = capacity > 0 and (prompt_mask.device.type == "cuda" or capacity >= PREALLOCATE_FROM_TOKENS)
         self.filled = [0] * len(self.prompt_keys)  # response tokens in each layer's buffers
         self.response_keys: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
         self.response_values: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
@@ -128,6 +137,10 @@ class SharedPrefixCache:
         self.row_prompt, self.slot = self.row_prompt[keep], self.slot[keep]
         self._row_bias = None
         self.dense = self._is_dense()
+        if not self.preallocated:
+            self.response_keys = [None if k is None else k[keep] for k in self.response_keys]
+            self.response_values = [None if v is None else v[keep] for v in self.response_values]
+            return
         # Moved to the front of the same buffers: no new allocation, and only the filled part is copied.
         for buffers in (self.response_keys, self.response_values):
             for layer, buffer in enumerate(buffers):
@@ -139,23 +152,29 @@ class SharedPrefixCache:
     def append(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add this step's (A, H_kv, 1, D) keys and values; the layer's response keys and values so far.
 
-        Written into buffers of `capacity` positions allocated at the first step and read through views
-        of their filled part: the cache never grows by concatenation, which copied every row's keys at
-        every step (quadratic in the response) and, on CPU, left glibc's heap growing with freed blocks
-        too small for the next, longer copy (BENCHMARKS.md, "Trainer memory against response length").
+        Preallocated: written into buffers of `capacity` positions and read through views of their filled
+        part, so nothing grows by concatenation, which copies every row's keys at every step (quadratic in
+        the response) and, on CPU, left glibc's heap growing. Otherwise by concatenation, as Hugging Face's
+        DynamicCache does (PREALLOCATE_FROM_TOKENS says when each is used).
         """
         filled = self.filled[layer]
-        if filled >= self.capacity:
+        if self.capacity and filled >= self.capacity:
             raise ValueError(f"shared-prefix cache: layer {layer} already holds its capacity of {self.capacity} "
                              "response tokens; generate sizes it by the generation's token limit")
+        self.filled[layer] = filled + 1
+        if not self.preallocated:
+            if self.response_keys[layer] is not None:
+                key = torch.cat([self.response_keys[layer], key], dim=2)
+                value = torch.cat([self.response_values[layer], value], dim=2)
+            self.response_keys[layer], self.response_values[layer] = key, value
+            return key, value
         if self.response_keys[layer] is None:
             A, heads_kv, _, D = key.shape
             self.response_keys[layer] = key.new_empty(A, heads_kv, self.capacity, D)
             self.response_values[layer] = value.new_empty(A, heads_kv, self.capacity, D)
         self.response_keys[layer][:, :, filled] = key[:, :, 0]
         self.response_values[layer][:, :, filled] = value[:, :, 0]
-        self.filled[layer] = filled + 1
-        return (self.response_keys[layer][:, :, :filled + 1], self.response_values[layer][:, :, :filled + 1])
+        return self.response_keys[layer][:, :, :filled + 1], self.response_values[layer][:, :, :filled + 1]
 
     def grouped(self, rows: torch.Tensor, heads_kv: int) -> torch.Tensor:
         """(A, H, Q, X) per row -> (U, H_kv, (H / H_kv) * width * Q, X) per prompt (zeros where no row)."""

@@ -211,14 +211,16 @@ def test_a_rows_draws_do_not_depend_on_which_rows_are_still_decoding(model_and_t
     assert torch.equal(kept.input_ids, compacted.input_ids)
 
 
-@pytest.mark.parametrize("shared_prefix_decoding", [True, False])
+@pytest.mark.parametrize("shared_prefix_decoding, preallocate_from", [(True, 0), (True, 10**9), (False, 0)])
 def test_a_decode_token_budget_bounds_the_batch_and_samples_the_same(model_and_tokenizer, monkeypatch,
-                                                                      shared_prefix_decoding):
+                                                                      shared_prefix_decoding, preallocate_from):
     # decode_token_budget splits the call's rows into groups decoded one after the other; each row
     # keeps its own uniforms and thinking budget, so tokens, masks, flags and (to round-off) logprobs
     # are those of the one big batch, greedy rows, interruptions and prompts split across groups included.
     import recipe.generator
+    import recipe.prefix_attention
 
+    monkeypatch.setattr(recipe.prefix_attention, "PREALLOCATE_FROM_TOKENS", preallocate_from)
     model, tokenizer = model_and_tokenizer
     precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
     interruption = REGISTRIES["length_control"].build(
@@ -247,16 +249,20 @@ def test_a_decode_token_budget_bounds_the_batch_and_samples_the_same(model_and_t
 
 
 @pytest.mark.parametrize("compact_fraction", [2.0, 0.01])  # never drop finished rows; drop them at every step
+@pytest.mark.parametrize("preallocate_from", [0, 10**9])  # key/value buffers of the limit; concatenation
 def test_shared_prefix_decoding_samples_what_per_row_caches_sample(model_and_tokenizer, monkeypatch,
-                                                                   compact_fraction):
+                                                                   compact_fraction, preallocate_from):
     # The prompt's keys and values kept once per prompt (recipe.prefix_attention) compute the same
     # attention as a cache row per sample: same tokens, logprobs within fp32 round-off, and still
     # equal to the trainer's recompute. PROMPTS interleaves the samples of a prompt (rows p0 p1 p2 p3
     # p0 ...) and pads prompts of different lengths on the left.
     import recipe.generator
 
+    import recipe.prefix_attention
+
     model, tokenizer = model_and_tokenizer
     monkeypatch.setattr(recipe.generator, "COMPACT_FRACTION", compact_fraction)
+    monkeypatch.setattr(recipe.prefix_attention, "PREALLOCATE_FROM_TOKENS", preallocate_from)
     precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
     interruption = REGISTRIES["length_control"].build(
         {"name": "interruption", "min_thinking": 2, "max_thinking": 5, "answer_budget": 3})

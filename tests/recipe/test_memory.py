@@ -114,6 +114,7 @@ def test_kv_cache_per_token_is_the_generators_buffers():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(recipe.prefix_attention.SharedPrefixCache, "__init__", record)
         patch.setattr(recipe.generator, "COMPACT_FRACTION", 2.0)  # all 4 rows stay: the buffers are theirs
+        patch.setattr(recipe.prefix_attention, "PREALLOCATE_FROM_TOKENS", 0)  # buffers at any length
         generate(model, tokenizer, ["12+34=<think>"] * 4, precision=REGISTRIES["precision"].build({"name": "lm_head"}),
                  length_control=REGISTRIES["length_control"].build({"name": "none"}), max_new_tokens=12,
                  torch_rng=torch.Generator().manual_seed(0), numpy_rng=np.random.default_rng(0))
