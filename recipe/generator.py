@@ -26,9 +26,10 @@ owns that side: the prefill, the cache (shared prefix or gathered), the active r
 Memory: each layer's response keys and values live in buffers of the generation's token limit,
 allocated once per decode batch (SharedPrefixCache.append writes a step in place; nothing grows by
 concatenation) on CUDA and for long decodes on CPU (short ones on CPU concatenate, measured faster:
-prefix_attention.PREALLOCATE_FROM_TOKENS), and `decode_token_budget` bounds a decode batch to rows x (prompt width + limit)
-tokens: a call's rows decode in groups of that size, one after the other, each row with the uniforms
-and thinking budget drawn for it up front, so the samples do not depend on the budget. (A model
+prefix_attention.PREALLOCATE_FROM_TOKENS), and `decode_token_budget` bounds a decode batch to
+rows x (prompt width + limit) tokens: a call's rows decode in groups of that size, one after the
+other, each row with the uniforms and thinking budget drawn for it up front, so the samples do not
+depend on the budget. (A model
 outside the shared-prefix attention keeps transformers' DynamicCache, which grows by concatenation.)
 
 `generate`'s loop is then, per step: decode (pick_tokens on the active rows), force (RowState: the
