@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fitting.power import mde, table_mde  # noqa: E402
-from reports.power import sweep_noise  # noqa: E402
+from reports.power import quantity_margin, sweep_noise  # noqa: E402
 from reports.sweep_data import SweepData, load_sweep  # noqa: E402
 from reports.tables import fit_sweep  # noqa: E402
 
@@ -48,7 +48,7 @@ def seeds_subset(data: SweepData, seeds: list[int]) -> SweepData:
 
 
 def margin(quantity: str, budget) -> float:
-    return {"A": budget.min_a_shift, "pred_at_target": 0.0}.get(quantity, math.log(budget.min_compute_ratio))
+    return quantity_margin(quantity, budget.min_a_shift, budget.min_compute_ratio)
 
 
 def measure(data: SweepData) -> dict:

@@ -29,8 +29,8 @@ concatenation) on CUDA and for long decodes on CPU (short ones on CPU concatenat
 prefix_attention.PREALLOCATE_FROM_TOKENS), and `decode_token_budget` bounds a decode batch to
 rows x (prompt width + limit) tokens: a call's rows decode in groups of that size, one after the
 other, each row with the uniforms and thinking budget drawn for it up front, so the samples do not
-depend on the budget. (A model
-outside the shared-prefix attention keeps transformers' DynamicCache, which grows by concatenation.)
+depend on the budget. (A model outside the shared-prefix attention keeps transformers' DynamicCache,
+which grows by concatenation.)
 
 `generate`'s loop is then, per step: decode (pick_tokens on the active rows), force (RowState: the
 tokens the rows emit, and each row moved on), compact (DecodeBatch drops finished rows and feeds the

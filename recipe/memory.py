@@ -201,7 +201,7 @@ def memory_table(device_bytes: int = DEVICE_BYTES, reserved_bytes: int = RESERVE
                  f">= {tokens // 1024}k tokens" if tokens >= LONGEST_SEARCHED else f"{tokens // 1024}k tokens"
                  for tokens in longest]
         generator = (f"{generator_weight_bytes(shape) / GiB:.1f} GiB, "
-                     f"{1024 * kv_cache_bytes_per_token(shape) / GiB * 1024:.0f} MiB")
+                     f"{1024 * kv_cache_bytes_per_token(shape) / 2**20:.0f} MiB")
         lines.append(f"| {shape.name} | {parameter_count(shape) / 1e9:.2f} B | {state / GiB:.1f} GiB "
                      f"| {cells[0]} | {cells[1]} | {generator} |")
     lines.append(f"\n({usable // GiB} GiB usable of {device_bytes // GiB}; computed by "

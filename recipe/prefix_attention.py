@@ -49,8 +49,9 @@ TRAINING_QUERY_BLOCK = 512
 # concatenation) on CUDA, and on CPU from this many tokens on. Below it, on CPU, concatenation is faster:
 # a batched matmul over the buffers' strided views is 3-5x slower than over contiguous keys, and copying
 # them contiguous each step costs more than the concatenation (testbed, AMD EPYC: generate 8% slower with
-# buffers). Past it, concatenating left glibc's heap growing (+11.6 GB for one 4,096-token decode that
-# holds 16.8 MB of keys and values: BENCHMARKS.md, "Trainer memory against response length on CPU").
+# buffers). Past it, concatenation copies every key at every step and leaves glibc's heap growing faster
+# than the cache (one 4,096-token decode holding 16.8 MB of keys and values: +204 MB with concatenation,
+# +16.9 MB with buffers; BENCHMARKS.md, "Trainer memory against response length on CPU").
 PREALLOCATE_FROM_TOKENS = 256
 
 

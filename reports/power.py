@@ -75,7 +75,7 @@ def sweep_noise(fits, wall_seconds: float | None = None) -> SweepNoise:
                       wall_seconds_per_job=wall_seconds / jobs if wall_seconds and jobs else None)
 
 
-def _margin(quantity: str, min_a_shift: float, min_compute_ratio: float) -> float:
+def quantity_margin(quantity: str, min_a_shift: float, min_compute_ratio: float) -> float:
     return {"A": min_a_shift, "pred_at_target": 0.0}.get(quantity, math.log(min_compute_ratio))
 
 
@@ -139,7 +139,7 @@ def format_power_plan(noise: SweepNoise, *, variants: int, target: float, unit: 
                   f"table's {tests} tests), margins dA {min_a_shift:g} and x{min_compute_ratio:.2f}; MDE at 80% power",
               ""]
     header = ["seeds", "MDE A", "MDE pass rate", "MDE ratio 50%", "MDE ratio 90%", "cost"]
-    rows = [[str(n)] + [_mde_text(noise.quantities[q], n, variants, _margin(q, min_a_shift, min_compute_ratio),
+    rows = [[str(n)] + [_mde_text(noise.quantities[q], n, variants, quantity_margin(q, min_a_shift, min_compute_ratio),
                                   q.startswith("reach")) for q in QUANTITIES] + [cost(n)] for n in seed_options]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [header, *rows]]
