@@ -54,16 +54,25 @@ def step_recording_gradients(model, batch, precision, micro_batch_size, **memory
     return metrics, gradients, updates
 
 
+# The token budget is derived from the sampled batch ("rows_of_tokens": n -> token_budget_of_rows): its response
+# lengths depend on the transformers version and the CPU's kernels, and a fixed budget cut it into 2 micro-batches
+# on one machine and 3 on another. With at most n rows a micro-batch, 12 rows make >= 3 micro-batches anywhere.
 SAME_UPDATE = {
     "rows": dict(micro_batch_size=5),  # 12 rows -> 5, 5, 2
-    "tokens": dict(micro_batch_tokens=60),  # rows x (prompt + longest response) <= 60: several cuts
-    "rows_and_tokens_checkpointed": dict(micro_batch_size=2, micro_batch_tokens=100, gradient_checkpointing=True),
+    "tokens": dict(rows_of_tokens=3),  # cut by tokens into 4 or more micro-batches
+    "rows_and_tokens_checkpointed": dict(micro_batch_size=2, rows_of_tokens=4, gradient_checkpointing=True),
     "checkpointed": dict(gradient_checkpointing=True),
     "head_in_chunks": dict(head_chunk_bytes=4 * 103 * 7),  # 7 tokens of logits a chunk
     "attention_in_blocks": dict(query_block=2),  # 2 response queries a block, each recomputed in the backward
-    "everything": dict(micro_batch_tokens=100, gradient_checkpointing=True, query_block=2,
-                       head_chunk_bytes=4 * 103 * 5),
+    "everything": dict(rows_of_tokens=4, gradient_checkpointing=True, query_block=2, head_chunk_bytes=4 * 103 * 5),
 }
+
+
+def token_budget_of_rows(batch, rows: int) -> int:
+    """The largest micro_batch_tokens under which no micro-batch holds more than `rows` rows of this batch:
+    rows + 1 rows of the shortest response would already exceed it."""
+    shortest = max(1, int(batch.rollout.attention_mask[:, batch.rollout.prompt_width:].sum(1).min()))
+    return (rows + 1) * (batch.rollout.prompt_width + shortest) - 1
 
 
 @pytest.mark.parametrize("memory", SAME_UPDATE.values(), ids=SAME_UPDATE.keys())
@@ -86,6 +95,8 @@ def test_micro_batching_gives_the_same_update(tiny_model_dir, memory, monkeypatc
     whole, split = copy.deepcopy(model), copy.deepcopy(model)
     metrics_whole, grads_whole, updates_whole = step_recording_gradients(whole, batch, precision, micro_batch_size=0)
     memory = dict(memory)
+    if "rows_of_tokens" in memory:
+        memory["micro_batch_tokens"] = token_budget_of_rows(batch, memory.pop("rows_of_tokens"))
     if "head_chunk_bytes" in memory:
         assert len(tokenizer) == 103
         monkeypatch.setattr(recipe.trainer, "HEAD_CHUNK_BYTES", memory.pop("head_chunk_bytes"))

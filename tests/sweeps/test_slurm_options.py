@@ -4,6 +4,7 @@ and fix; what submitit is given; what `sweep plan --verbose` shows of the batch 
 The options reaching a real batch script, and the setup lines running, are tested on the one-node cluster
 (tests/sweeps/test_slurm.py)."""
 
+import os
 import sys
 
 import pytest
@@ -67,11 +68,20 @@ def test_the_options_reach_submitit_as_its_own_parameters():
     assert submitit_parameters(spec().executor.slurm) == {"nodes": 1, "tasks_per_node": 1}
 
 
-def test_the_batch_script_submitit_writes_holds_every_line_the_plan_shows(tmp_path):
-    """submitit's own sbatch text for the executor the launcher builds (no cluster needed to render it)."""
+def test_the_batch_script_submitit_writes_holds_every_line_the_plan_shows(tmp_path, monkeypatch):
+    """submitit's own sbatch text for the executor the launcher builds (no cluster needed to render it).
+
+    submitit.AutoExecutor(cluster="slurm") refuses to build where `srun` is not on PATH; a stand-in that
+    fails if run is put first on PATH, so the test needs no SLURM client (nothing here calls it)."""
     import submitit.slurm.slurm as submitit_slurm
 
     from sweeps.launcher import Launcher
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\necho 'srun stand-in: not a cluster' >&2\nexit 1\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
     planned = spec({"nodes": 2, "gpus_per_node": 8, "constraint": "a100&ib", "gres": "gpu:a100:8",
                     "exclude": "node[07-08]", "mem_gb": 800, "partition": "gpu",
