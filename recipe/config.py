@@ -1,4 +1,4 @@
-"""The typed recipe config: one frozen dataclass, loaded from layers of YAML and key=value overrides.
+"""The typed recipe config (recipe/run_config.py's RecipeConfig), loaded from layers of YAML and key=value overrides.
 
 Loading order: the ScaleRL base recipe, then a YAML file, then overrides. Each layer is merged and
 checked strictly before the next: unknown keys, unknown component names, wrong types (no coercion:
@@ -22,7 +22,7 @@ import math
 import typing
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 from omegaconf import OmegaConf
 
@@ -30,46 +30,8 @@ from components import REGISTRIES
 from components.registry import ConfigError, check_value_type, describe_value, shown_key
 from recipe.engines.launch import check_sharding_value
 from recipe.engines.support import check_engine
-from recipe.run_config import (
-    EVAL_DRAWS,
-    MODEL_DTYPES,
-    TASK_NAMES,
-    CheckpointConfig,
-    EngineConfig,
-    EvalConfig,
-    ModelConfig,
-    OptimizerConfig,
-    WarmStartConfig,
-    RolloutConfig,
-    TaskConfig,
-    TrackingConfig,
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class RecipeConfig:
-    """Everything a training run depends on. Axis fields hold a component spec {"name": ..., **params}."""
-
-    loss: Dict[str, Any]
-    aggregation: Dict[str, Any]
-    advantage_norm: Dict[str, Any]
-    batch_filter: Dict[str, Any]
-    curriculum: Dict[str, Any]
-    length_control: Dict[str, Any]
-    off_policy: Dict[str, Any]
-    precision: Dict[str, Any]
-    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
-    warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
-    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
-    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
-    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
-    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
-    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
-    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
-    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
-    seed: int = 0
-    max_steps: int = 250
-
+from recipe.run_config import EVAL_DRAWS, MODEL_DTYPES, TASK_NAMES, RecipeConfig
+from recipe.scalerl import SCALERL
 
 AXES = tuple(REGISTRIES)
 # Field paths that do not change what a run computes (where it logs, where caches live, whether
@@ -456,6 +418,19 @@ def flatten_config(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def params_layer(params: Mapping[str, Any]) -> dict[str, Any]:
+    """{dotted path: value} as one nested recipe layer, flatten_config's inverse (a tune trial's parameters,
+    a scan value's settings); component names go first, so parameters land on the component named."""
+    layer: dict[str, Any] = {}
+    for path, value in sorted(params.items(), key=lambda item: not item[0].endswith(".name")):
+        cursor = layer
+        keys = path.split(".")
+        for key in keys[:-1]:
+            cursor = cursor.setdefault(key, {})
+        cursor[keys[-1]] = value
+    return layer
+
+
 def compose_data(source: str | Path | None, layers: Sequence[tuple[str, Mapping[str, Any]]],
                  start: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The checked recipe dict of ScaleRL base <- YAML file `source` <- each (name, dict) layer in order.
@@ -463,8 +438,6 @@ def compose_data(source: str | Path | None, layers: Sequence[tuple[str, Mapping[
     `start`: a dict this function returned before, to layer over instead of base and source (a plan
     composes its overrides once, then each variant over them).
     """
-    from recipe.scalerl import SCALERL
-
     if start is not None:
         data = dict(start)
     else:

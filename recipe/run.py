@@ -286,6 +286,22 @@ def evaluation_kwargs(cfg: RecipeConfig, c: Components) -> dict:
                 seed=cfg.seed if cfg.eval.seed is None else cfg.eval.seed)
 
 
+def role_device(device: str, role: str, mode, gpus: int | None = None) -> str:
+    """Where a role runs: CPU roles share the machine (their thread counts split the cores); on
+    CUDA the trainer takes GPU 0 and the generator the next one when the node has it (GPU 0 too
+    on a one-GPU machine: `gpus`, default torch.cuda.device_count()). One GPU per role for now:
+    larger roles need data-parallel generation and training."""
+    if not str(device).startswith("cuda"):
+        return "cpu"
+    if mode.generator_devices > 1 or mode.trainer_devices > 1:
+        raise ValueError("off_policy.generator_devices / trainer_devices > 1 are CPU cores only for now; "
+                         "on CUDA set both to 1 (one GPU per role)")
+    if role == "trainer":
+        return "cuda:0"
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    return "cuda:1" if gpus > 1 else "cuda:0"
+
+
 def devices_held(cfg: RecipeConfig, device: str, gpus: int | None = None) -> int:
     """The devices a job holds, one rule for every engine and off-policy mode: its wall-clock compute is
     wall-clock x these (README, "Engines"; docs/recipe.md, "Compute and truncation").
@@ -307,8 +323,6 @@ def devices_held(cfg: RecipeConfig, device: str, gpus: int | None = None) -> int
         return per_process
     if not str(device).startswith("cuda"):
         return mode.generator_devices + mode.trainer_devices
-    from recipe.engines.pipeline import role_device  # that module imports this one
-
     return len({role_device(device, role, mode, gpus) for role in ("trainer", "generator")})
 
 

@@ -1,11 +1,13 @@
-"""Typed settings of a training run that are not ablation axes: model, warm start, task, rollout,
-optimizer, evaluation, checkpointing, tracking. Frozen dataclasses, torch-free (the sweep planner
-imports them). Every default is the embedded CPU testbed's (docs/testbed.md)."""
+"""The typed recipe (RecipeConfig) and its settings that are not ablation axes: model, warm start, task,
+rollout, optimizer, evaluation, checkpointing, tracking, engine. Frozen dataclasses, torch-free (the sweep
+planner imports them). Every default is the embedded CPU testbed's (docs/testbed.md). Loading and checking
+them from YAML is recipe/config.py's work."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Optional
 
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
@@ -173,3 +175,28 @@ class TrackingConfig:
     mlflow: bool = True
     mlflow_uri: Optional[str] = None
     experiment: str = "scalerl-sweep"
+
+
+@dataclasses.dataclass(frozen=True)
+class RecipeConfig:
+    """Everything a training run depends on. Axis fields hold a component spec {"name": ..., **params}."""
+
+    loss: Dict[str, Any]
+    aggregation: Dict[str, Any]
+    advantage_norm: Dict[str, Any]
+    batch_filter: Dict[str, Any]
+    curriculum: Dict[str, Any]
+    length_control: Dict[str, Any]
+    off_policy: Dict[str, Any]
+    precision: Dict[str, Any]
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
+    task: TaskConfig = dataclasses.field(default_factory=TaskConfig)
+    rollout: RolloutConfig = dataclasses.field(default_factory=RolloutConfig)
+    optimizer: OptimizerConfig = dataclasses.field(default_factory=OptimizerConfig)
+    eval: EvalConfig = dataclasses.field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = dataclasses.field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
+    seed: int = 0
+    max_steps: int = 250

@@ -8,7 +8,7 @@ testbed; a cluster recipe overrides model, task, rollout and length budgets in i
 from __future__ import annotations
 
 from components.length_control import INTERRUPTION_PHRASE
-from recipe.config import RecipeConfig
+from recipe.run_config import RecipeConfig
 
 SCALERL = RecipeConfig(
     loss={"name": "cispo", "eps_max": 4.0},

@@ -17,7 +17,7 @@ from typing import Any
 
 from components import REGISTRIES
 from components.registry import ConfigError, shown_key
-from recipe.config import RecipeConfig, compose_data, compose_recipe, flatten_config, run_id, to_dict
+from recipe.config import RecipeConfig, compose_data, compose_recipe, flatten_config, params_layer, run_id, to_dict
 from recipe.engines.launch import Machines, accelerate_config, is_launched, launch_command, planned_machines
 from sweeps.spec import SweepSpec, base_source, output_dir
 
@@ -138,7 +138,6 @@ def plan_scan(spec: SweepSpec, source: Path | None, runs_dir: Path) -> list[Job]
     recipe refuses fails here naming the key and the value; two values that resolve to one recipe are refused.
     """
     from sweeps.scan import check_scan, check_scannable, reference_index, resolve_reference
-    from sweeps.tune_spec import params_layer
 
     overrides = [("overrides", spec.overrides)] if spec.overrides else []
     common = compose_data(source, overrides)

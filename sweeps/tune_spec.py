@@ -51,7 +51,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from omegaconf import OmegaConf
 
 from components.registry import ConfigError, describe_value
-from recipe.config import AXES, RecipeConfig, check_section, compose_recipe, flatten_config, to_dict
+from recipe.config import AXES, RecipeConfig, check_section, compose_recipe, flatten_config, params_layer, to_dict
 from sweeps.pruning import PRUNERS
 from sweeps.spec import (BudgetSpec, ExecutorSpec, TrackingSpec, base_source, check_budget, check_executor,
                          check_mlflow_uri, check_name, read_spec_file, with_root)
@@ -132,18 +132,6 @@ def nested(path: str, value: Any) -> dict[str, Any]:
     layer: Any = value
     for key in reversed(path.split(".")):
         layer = {key: layer}
-    return layer
-
-
-def params_layer(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A trial's {path: value} as one recipe layer (component names first, so parameters land on them)."""
-    layer: dict[str, Any] = {}
-    for path, value in sorted(params.items(), key=lambda item: not item[0].endswith(".name")):
-        cursor = layer
-        keys = path.split(".")
-        for key in keys[:-1]:
-            cursor = cursor.setdefault(key, {})
-        cursor[keys[-1]] = value
     return layer
 
 

@@ -58,7 +58,7 @@ from recipe.compute import clocks, since
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
 from recipe.run import (Run, Samples, assemble_minibatch, build_components, configure_cuda, devices_held,
-                        model_directory, prepare_run_dir, sample_groups, train_on)
+                        model_directory, prepare_run_dir, role_device, sample_groups, train_on)
 from recipe.model import lm_parts, load_model_dir
 from recipe.tasks import build_task
 from recipe.tracking import read_metrics
@@ -254,22 +254,6 @@ def role_main(role: str, body: Callable, channels: Channels, *args) -> None:
         channels.events.close()
         channels.events.join_thread()  # make sure the report leaves this process
         raise
-
-
-def role_device(device: str, role: str, mode, gpus: int | None = None) -> str:
-    """Where a role runs: CPU roles share the machine (their thread counts split the cores); on
-    CUDA the trainer takes GPU 0 and the generator the next one when the node has it (GPU 0 too
-    on a one-GPU machine: `gpus`, default torch.cuda.device_count()). One GPU per role for now:
-    larger roles need data-parallel generation and training."""
-    if not str(device).startswith("cuda"):
-        return "cpu"
-    if mode.generator_devices > 1 or mode.trainer_devices > 1:
-        raise ValueError("off_policy.generator_devices / trainer_devices > 1 are CPU cores only for now; "
-                         "on CUDA set both to 1 (one GPU per role)")
-    if role == "trainer":
-        return "cuda:0"
-    gpus = torch.cuda.device_count() if gpus is None else gpus
-    return "cuda:1" if gpus > 1 else "cuda:0"
 
 
 def enter_role(device: str, role: str, mode) -> str:

@@ -153,7 +153,7 @@ def test_kill_9_of_a_role_stops_the_run_naming_it_and_a_rerun_resumes(tiny_overr
 def test_a_job_is_charged_for_the_devices_it_holds(overrides, device, gpus, held):
     """One rule for every engine and off-policy mode (recipe.run.devices_held): GPUs held, or cores on CPU."""
     from recipe.config import load_recipe
-    from recipe.engines.pipeline import role_device
+    from recipe.run import role_device
     from recipe.run import devices_held
 
     cfg = load_recipe(None, overrides)

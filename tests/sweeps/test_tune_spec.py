@@ -8,7 +8,8 @@ import yaml
 from components.registry import ConfigError
 from recipe.config import run_id
 from sweeps.cli import main
-from sweeps.tune_spec import load_tune_spec, params_layer, trial_recipe
+from recipe.config import params_layer
+from sweeps.tune_spec import load_tune_spec, trial_recipe
 
 REPO = Path(__file__).resolve().parents[2]
 GOOD = {
