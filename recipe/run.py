@@ -35,7 +35,7 @@ from recipe.evaluation import evaluate, evaluation_steps, score
 from recipe.generator import Rollout, generate
 from recipe.model import load_model_dir
 from recipe.tasks import build_task
-from recipe.tracking import Tracker, write_phase
+from recipe.tracking import Tracker, write_phase, write_text_atomic
 from recipe.trainer import TrainBatch, build_optimizer, train_step
 from recipe.warm_start import warm_start_dir
 
@@ -246,14 +246,18 @@ class Averager:
 
 
 def prepare_run_dir(cfg: RecipeConfig, run_dir: Path) -> None:
-    """Create run_dir with config.yaml; refuse a directory that belongs to a different config."""
+    """Create run_dir with config.yaml; refuse a directory that belongs to a different config.
+
+    Written once, atomically: the ranks of a trl job all call this on one directory, and a reader must never
+    see a file another process is writing (or one a killed job left half written)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "config.yaml"
     text = resolved_yaml(cfg)
-    if config_path.is_file() and config_path.read_text() != text:
+    if not config_path.is_file():
+        write_text_atomic(config_path, text)
+    elif config_path.read_text() != text:
         raise ValueError(f"{run_dir}: holds a run of a different config (config.yaml differs); "
                          "use another run directory or delete this one")
-    config_path.write_text(text)
 
 
 def resolve_device(device: str = "auto") -> str:

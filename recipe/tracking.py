@@ -24,12 +24,16 @@ MLFLOW_RUN_NAME = "mlflow_run_id"
 PHASE_NAME = "phase.json"
 
 
-def write_json_atomic(path: Path, data) -> None:
-    """Write JSON so that a reader never sees half a file (write a hidden sibling, then rename over)."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file so that a reader never sees half of it (write a hidden sibling, then rename over)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    temporary.write_text(text)
     os.replace(temporary, path)
+
+
+def write_json_atomic(path: Path, data) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 REBUILD = "remove it and rerun `sweep run` on the spec to rebuild it"
