@@ -29,6 +29,8 @@ install_packages() {
     fi
     log "installing slurm-wlm and munge (Debian packages)"
     export DEBIAN_FRONTEND=noninteractive
+    exec 9>/tmp/scalerl-apt.lock  # one apt-get at a time (scripts/apt-ensure.sh takes the same lock)
+    flock 9
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
 }

@@ -19,7 +19,8 @@ from sweeps.cli import main
 from tests.services import may_install_system_packages, no_install_reason, record_started
 from tests.sweeps.tiny_spec import TINY_JOB_OVERRIDES
 
-pytestmark = pytest.mark.slurm
+# One cluster per machine: these tests run in one pytest worker, one after the other (setup.cfg: --dist loadgroup).
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm-cluster")]
 
 REPO = Path(__file__).resolve().parents[2]
 
