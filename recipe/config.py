@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import math
+import os
 import typing
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -177,6 +178,26 @@ def embedded_parameters(flat: Mapping[str, Any], vocabulary: int = 200) -> int:
     return 2 * vocabulary * h + layers * (4 * h * h + 3 * h * ff + 2 * h) + h
 
 
+NAME_BYTES = 255  # the most a path component holds (NAME_MAX on Linux and macOS)
+# PATH_MAX is 4,096 bytes; the sweep writes up to ~300 bytes beneath its directory (runs/<id>/trl/checkpoint-N/...).
+MAX_OUTPUT_PATH_BYTES = 3_700
+
+
+def check_output_path(key: str, path: str) -> None:
+    """A directory path the harness will create and write beneath: no component past NAME_BYTES, and room below
+    PATH_MAX for what it writes there, so the failure is this line at plan time, not ENAMETOOLONG mid-sweep."""
+    too_long = [part for part in Path(path).parts if len(os.fsencode(part)) > NAME_BYTES]
+    if too_long:
+        raise ConfigError(f"{key}: a path component of {len(os.fsencode(too_long[0]))} bytes "
+                          f"({too_long[0][:20]!r}...), expected at most {NAME_BYTES} (the file system's limit); "
+                          "shorten it")
+    absolute = len(os.fsencode(os.path.abspath(path)))
+    if absolute > MAX_OUTPUT_PATH_BYTES:
+        raise ConfigError(f"{key}: {absolute} bytes as an absolute path, expected at most {MAX_OUTPUT_PATH_BYTES:,} "
+                          "(the files written beneath it must stay under the 4,096-byte path limit); choose a "
+                          "shorter directory")
+
+
 def check_model_and_task(flat: Mapping[str, Any]) -> None:
     """Cross-field rules of model and task that a job would otherwise hit only after building them.
 
@@ -193,6 +214,8 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
                               f"{flat['model.intermediate_size']} and num_layers {flat['model.num_layers']} has "
                               f"{parameters:.2e} parameters, over the {MAX_EMBEDDED_PARAMETERS:.0e} any one machine "
                               "holds for training; use a smaller shape")
+    if flat.get("warm_start.cache_dir"):
+        check_output_path("warm_start.cache_dir", flat["warm_start.cache_dir"])
     if flat.get("task.name") == "jsonl" and not flat.get("task.train_path"):
         raise ConfigError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
     if flat.get("task.name") == "embedded" and "task.max_digits" in flat:

@@ -13,7 +13,13 @@ import math
 import sys
 import textwrap
 
+from sweeps.arguments import MAX_SEED, integer, real
+
 REQUIRED_COLUMNS = ("run", "compute", "pass_rate")
+MAX_BOOT = 100_000
+# A fit (or a bootstrap refit) of a 100-point curve takes ~3 ms on the 2-core CPU: a file of 1,000 runs with
+# the default 1,000 draws is a million fits, most of an hour. Past this many, `sweep fit` asks first.
+MAX_FITS, MAX_FITS_MINUTES = 100_000, 5
 OPTIONAL_COLUMNS = ("seed", "step")
 MISSING_VALUES = ("nan", "-nan", "na", "n/a", "<na>", "null", "none")  # a missing evaluation, as exports write it
 
@@ -38,27 +44,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = EPILOG
     parser.add_argument("curves", metavar="CURVES.csv", help="CSV with columns run, compute, pass_rate [, seed, step]")
-    parser.add_argument("--fit-until", type=float, required=True, help="last compute inside the fit window")
-    parser.add_argument("--target", type=float, required=True, help="compute at which to predict and score")
-    parser.add_argument("--burn-in", type=float, default=0.0,
+    positive = real(0, low_open=True)
+    parser.add_argument("--fit-until", type=positive, required=True, help="last compute inside the fit window")
+    parser.add_argument("--target", type=positive, required=True, help="compute at which to predict and score")
+    parser.add_argument("--burn-in", type=real(0), default=0.0,
                         help="first compute inside the fit window (paper: 1500 GPU-hours); default 0")
     r0 = parser.add_mutually_exclusive_group()
-    r0.add_argument("--r0", type=float, help="pass rate at zero RL compute, used for every curve")
+    r0.add_argument("--r0", type=real(0, 1), help="pass rate at zero RL compute, used for every curve")
     r0.add_argument("--fit-r0", action="store_true", help="fit R0 instead of taking it as given")
     parser.add_argument("--method", choices=("default", "paper"), default="default",
                         help="default: continuous C_mid, bounded B; paper: the paper's A x C_mid grid")
     parser.add_argument("--weights", choices=("compute", "equal"), default="compute",
                         help="least-squares weight of a point: compute (the compute half-way to its neighbours; "
                              "all 1 on an even schedule, the paper's) or equal")
-    parser.add_argument("--paper-c-mid-range", type=float, nargs=2, metavar=("LO", "HI"),
+    parser.add_argument("--paper-c-mid-range", type=positive, nargs=2, metavar=("LO", "HI"),
                         help="paper method: C_mid grid range (default the paper's 100 40000 GPU-hours)")
     parser.add_argument("--paper-grid-from-data", action="store_true",
                         help="paper method: derive the grid ranges from the data (C_mid: first/15..last*5, A: R0..1)")
-    parser.add_argument("--margin", type=float, default=0.02, help="allowed |predicted - observed| (default 0.02)")
-    parser.add_argument("--observed-window", type=float, default=0.03,
+    parser.add_argument("--margin", type=positive, default=0.02, help="allowed |predicted - observed| (default 0.02)")
+    parser.add_argument("--observed-window", type=real(0, 1, high_open=True), default=0.03,
                         help="relative half-width of the observed window around --target (default 0.03)")
-    parser.add_argument("--n-boot", type=int, default=1000, help="bootstrap draws for the intervals (0: none)")
-    parser.add_argument("--bootstrap-seed", type=int, default=0, help="random seed of the bootstrap (default 0)")
+    parser.add_argument("--n-boot", type=integer(2, MAX_BOOT, also=(0,)), default=1000,
+                        help="bootstrap draws for the intervals (0: none; default 1000)")
+    parser.add_argument("--bootstrap-seed", type=integer(0, MAX_SEED), default=0,
+                        help="random seed of the bootstrap (default 0)")
+    parser.add_argument("--allow-long", action="store_true",
+                        help=f"fit even when curves x (1 + n-boot) exceeds {MAX_FITS:,} fits "
+                             f"(~{MAX_FITS_MINUTES} min on a 2-core CPU)")
     parser.add_argument("--power-law", action="store_true",
                         help="also fit the power-law baseline R = A - D/C^B and show its ceiling and prediction")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -312,20 +324,22 @@ def _jsonable(value):
 def run(args) -> int:
     from sweeps.cli import UsageError
 
-    if not (math.isfinite(args.burn_in) and args.burn_in >= 0):
-        raise UsageError(f"--burn-in must be >= 0; got {args.burn_in}")
-    if not (math.isfinite(args.fit_until) and args.fit_until > args.burn_in):
+    if not args.fit_until > args.burn_in:
         raise UsageError(f"--fit-until must exceed --burn-in; got {args.fit_until} <= {args.burn_in}")
-    if not (math.isfinite(args.target) and args.target > 0):
-        raise UsageError(f"--target must be a compute value > 0; got {args.target}")
-    if args.n_boot != 0 and args.n_boot < 2:
-        raise UsageError(f"--n-boot must be 0 (no intervals) or >= 2; got {args.n_boot}")
+    if args.paper_c_mid_range and not args.paper_c_mid_range[0] < args.paper_c_mid_range[1]:
+        raise UsageError(f"--paper-c-mid-range: LO must be below HI; got {args.paper_c_mid_range[0]:g} "
+                         f"{args.paper_c_mid_range[1]:g}")
     if args.method == "paper" and args.fit_r0:
         raise UsageError("--method paper takes R0 as given; drop --fit-r0 or use --method default")
-    if not (0 <= args.observed_window < 1) or not args.margin > 0:
-        raise UsageError("--observed-window must be in [0, 1) and --margin > 0")
     frame = _read_curves(args.curves)
     curves = frame.groupby(["run", "seed"], sort=False)
+    fits = len(curves) * (1 + args.n_boot)
+    if fits > MAX_FITS and not args.allow_long:
+        fewer = max(0, MAX_FITS // len(curves) - 1)
+        raise UsageError(f"{len(curves):,} curves x (1 + --n-boot {args.n_boot}) = {fits:,} fits, about "
+                         f"{fits * 3e-3 / 60:.0f} min at ~3 ms a fit on a 2-core CPU; lower --n-boot to "
+                         f"{fewer if fewer >= 2 else 0}{' (or 0: no intervals)' if fewer >= 2 else ' (no intervals)'}, "
+                         "or add --allow-long to fit them all")
     progress = FitProgress(len(curves))
     records = []
     for (run, seed), rows in curves:

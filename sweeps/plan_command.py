@@ -79,7 +79,7 @@ def power_text(spec, jobs, args) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from sweeps.cli import UsageError
-    from sweeps.planner import check_jobs_can_run, format_plan, plan_sweep
+    from sweeps.planner import check_jobs_can_run, format_plan, plan_sweep, size_warning
     from sweeps.spec import check_output_dir, load_spec
 
     if args.pilot and not args.power:
@@ -89,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
     notes = check_jobs_can_run(spec, jobs)
     check_output_dir(spec)
     power = power_text(spec, jobs, args) if args.power else None  # its errors before anything is printed
-    print(format_plan(spec, jobs, verbose=args.verbose, notes=notes), end="")
+    warning = size_warning(len(jobs), spec.budget, "jobs")
+    print(format_plan(spec, jobs, verbose=args.verbose, notes=notes + ([warning] if warning else [])), end="")
+
     if power:
         print("\n" + power)
     return 0

@@ -19,7 +19,7 @@ from components import REGISTRIES
 from components.registry import ConfigError, shown_key
 from recipe.config import RecipeConfig, compose_data, compose_recipe, flatten_config, params_layer, run_id, to_dict
 from recipe.engines.launch import Machines, accelerate_config, is_launched, launch_command, planned_machines
-from sweeps.spec import SweepSpec, base_source, output_dir
+from sweeps.spec import BudgetSpec, SweepSpec, base_source, output_dir
 
 BASE = "base"
 
@@ -165,6 +165,27 @@ def plan_scan(spec: SweepSpec, source: Path | None, runs_dir: Path) -> list[Job]
             jobs.append(Job(identifier, axis, scan.label(index), seed, seeded, runs_dir / identifier, scan.key,
                             scan.values[index]))
     return jobs
+
+
+# Past this many training runs a sweep (or a study) is more than a researcher launches by accident: `sweep plan`
+# and `sweep tune --check` say so, `sweep run` and `sweep tune` need --allow-large to start it.
+LARGE_RUNS = 1_000
+
+
+def size_warning(runs: int, budget: BudgetSpec, what: str) -> str | None:
+    """The warning line for `runs` training runs of `budget.target` each, or None under LARGE_RUNS."""
+    if runs <= LARGE_RUNS:
+        return None
+    return (f"warning: {runs:,} {what}, each trained to {budget.target:g} {budget.unit} ({runs * budget.target:,.0f} "
+            f"in all), more than {LARGE_RUNS:,}: starting them takes --allow-large")
+
+
+def check_size(runs: int, budget: BudgetSpec, what: str, allowed: bool) -> None:
+    """Refuse to start more than LARGE_RUNS training runs unless --allow-large was given."""
+    warning = size_warning(runs, budget, what)
+    if warning is not None and not allowed:
+        raise ConfigError(f"{warning.removeprefix('warning: ')}; check the spec (axes, seeds, scan values, trials) "
+                          "or add it")
 
 
 def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:

@@ -11,6 +11,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from sweeps.arguments import integer
+
+MAX_BOOT = 100_000
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweep_dir", nargs="?", metavar="SWEEP_DIR",
@@ -20,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", help="read the sweep from this MLflow store instead of run directories")
     parser.add_argument("--experiment", help="with --tracking-uri: the sweep's experiment (name or id)")
     parser.add_argument("--parent-run-id", help="with --tracking-uri: the sweep's parent run when there are several")
-    parser.add_argument("--n-boot", type=int, default=500, help="bootstrap draws per interval (default 500)")
+    parser.add_argument("--n-boot", type=integer(2, MAX_BOOT), default=500,
+                        help="bootstrap draws per interval (default 500)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not log fit results to the sweep's MLflow runs")
     parser.add_argument("--power-law", action="store_true",
                         help="add pages comparing each variant's sigmoid with a power-law fit R = A - D / C^B on the "
@@ -31,8 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from sweeps.cli import UsageError
 
-    if args.n_boot < 2:
-        raise UsageError(f"--n-boot must be >= 2; got {args.n_boot}")
     from reports import schema
     from reports.publish import publish, report_sweep
     from reports.sweep_data import SweepDataError

@@ -7,10 +7,12 @@ import argparse
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", help="sweep spec YAML, e.g. sweeps/loo.yaml")
+    parser.add_argument("--allow-large", action="store_true",
+                        help="start a sweep of more than 1,000 jobs (refused without it: `sweep plan` shows the size)")
 
 
 def run(args: argparse.Namespace) -> int:
     from sweeps.runner import run_sweep
     from sweeps.spec import load_spec
 
-    return run_sweep(load_spec(args.spec))
+    return run_sweep(load_spec(args.spec), allow_large=args.allow_large)

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 from omegaconf import OmegaConf
 
 from sweeps.job import TrainingJob
-from sweeps.planner import Job, check_jobs_can_run, plan_sweep
+from sweeps.planner import Job, check_jobs_can_run, check_size, plan_sweep
 from sweeps.progress import collect_progress, format_progress
 from sweeps.spec import SweepSpec, base_source, check_output_dir, output_dir
 from recipe.tracking import read_json_file
@@ -170,8 +170,9 @@ class HarnessTimer:
         (sweep_dir / "harness.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
-def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
-    """Run every job of `spec` to its target; returns 0 when all are done, 1 if any failed."""
+def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool = False) -> int:
+    """Run every job of `spec` to its target; returns 0 when all are done, 1 if any failed. More than
+    planner.LARGE_RUNS jobs are refused unless allow_large."""
     stream = stream or sys.stdout
     from sweeps.launcher import Launcher, job_error, job_finished, job_log
     from sweeps.tracking import SweepTracker, mlflow_record
@@ -180,6 +181,7 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None) -> int:
     timer = HarnessTimer()
     sweep_dir = output_dir(spec)
     jobs = plan_sweep(spec)
+    check_size(len(jobs), spec.budget, "jobs", allow_large)
     check_jobs_can_run(spec, jobs)
     check_output_dir(spec)
     check_run_configs(jobs)

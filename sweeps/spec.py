@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, Dict, Literal, Optional, Tuple
 
 from components.registry import ConfigError, describe_value, shown_key
-from recipe.config import (MAX_SEED, build_dataclass, check_no_interpolation, check_section, load_config_file,
-                           read_yaml)
+from recipe.config import (MAX_SEED, build_dataclass, check_no_interpolation, check_output_path, check_section,
+                           load_config_file, read_yaml)
 from sweeps.slurm_options import check_slurm_options
 
 # Compute axes a run records at every evaluation point (recipe/compute accounting).
@@ -193,9 +193,15 @@ def check_seeds(seeds, key: str = "seeds") -> None:
             raise ConfigError(f"{key}: got {seed}, expected seeds in [0, {MAX_SEED}] (2^32 - 1)")
 
 
+MAX_NAME_BYTES = 100  # a name is a directory (a path component holds 255 bytes), a SLURM job and an MLflow experiment
+
+
 def check_name(name: str) -> None:
     if not name or not name.replace("-", "").replace("_", "").replace(".", "").isalnum():
         raise ConfigError(f"name: got {name!r}, expected letters, digits, '-', '_' or '.' (it names directories)")
+    if len(name.encode()) > MAX_NAME_BYTES:
+        raise ConfigError(f"name: got {len(name.encode())} bytes ({name[:20]!r}...), expected at most {MAX_NAME_BYTES} "
+                          "(it names the sweep's directory, its SLURM jobs and its MLflow experiment); shorten it")
 
 
 def check_executor(executor: ExecutorSpec) -> None:
@@ -235,6 +241,8 @@ def check_spec_values(spec: SweepSpec) -> None:
     from components import REGISTRIES
 
     check_name(spec.name)
+    check_output_path("output_dir" if spec.output_dir is not None else f"output_dir (default runs/{spec.name})",
+                      str(output_dir(spec)))
     check_budget(spec.budget)
     if not spec.seeds:
         raise ConfigError("seeds: empty; give at least one seed, e.g. seeds: [0]")

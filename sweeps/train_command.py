@@ -11,6 +11,7 @@ import os
 import sys
 import time
 
+from sweeps.arguments import integer
 from sweeps.cli import UsageError
 
 
@@ -20,15 +21,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. loss=dapo optimizer.lr=3e-4")
     parser.add_argument("--runs-dir", default="runs", help="parent of run directories (default: runs)")
     parser.add_argument("--run-dir", default=None, help="explicit run directory (default: RUNS_DIR/<run id>)")
-    parser.add_argument("--threads", type=int, default=0,
+    parser.add_argument("--threads", type=integer(1, 4096, also=(0,)), default=0,
                         help="torch CPU threads (default: $OMP_NUM_THREADS, else min(2, cores)); "
                              "set cores / parallel jobs when jobs share a machine")
     parser.add_argument("--device", default="auto", help="auto (cuda if available, else cpu), cpu or cuda[:N]")
 
 
 def resolve_threads(requested: int) -> int:
-    if requested < 0:
-        raise UsageError(f"--threads: got {requested}, expected >= 1 (or 0 for the default)")
     if requested:
         return requested
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
@@ -72,7 +71,7 @@ class Progress:
 
 
 def run(args) -> int:
-    from recipe.config import load_recipe, run_id
+    from recipe.config import check_output_path, load_recipe, run_id
 
     if args.recipe is not None and "=" in args.recipe and not args.recipe.endswith((".yaml", ".yml")):
         args.overrides, args.recipe = [args.recipe, *args.overrides], None  # only overrides were given
@@ -80,6 +79,8 @@ def run(args) -> int:
     from recipe.preflight import check_can_run
 
     check_can_run(cfg)  # files and memory: refused before torch is imported or a run directory exists
+    run_dir = args.run_dir or os.path.join(args.runs_dir, run_id(cfg))
+    check_output_path("--run-dir" if args.run_dir else "--runs-dir", run_dir)
     threads = resolve_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     import torch
@@ -90,7 +91,6 @@ def run(args) -> int:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     elif device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {device}: CUDA is not available on this machine")
-    run_dir = args.run_dir or os.path.join(args.runs_dir, run_id(cfg))
     from recipe.engines import train
 
     print(f"run {run_id(cfg)} -> {run_dir} ({device}, {threads} threads)", file=sys.stderr, flush=True)

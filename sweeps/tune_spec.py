@@ -54,7 +54,8 @@ from components.registry import ConfigError, describe_value
 from recipe.config import AXES, RecipeConfig, check_section, compose_recipe, flatten_config, params_layer, to_dict
 from sweeps.pruning import PRUNERS
 from sweeps.spec import (BudgetSpec, ExecutorSpec, TrackingSpec, base_source, check_budget, check_executor,
-                         check_mlflow_uri, check_name, read_spec_file, with_root)
+                         check_mlflow_uri, check_name, check_output_path, output_dir, read_spec_file,
+                         with_root)
 
 OBJECTIVES = ("pred_at_target", "A", "B")
 G_PATH, PROMPTS_PATH = "rollout.samples_per_prompt", "rollout.prompts_per_batch"  # total_batch couples them
@@ -321,6 +322,8 @@ def check_storage(url: str | None) -> None:
 
 def check_tune_values(spec: TuneSpec) -> None:
     check_name(spec.name)
+    check_output_path("output_dir" if spec.output_dir is not None else f"output_dir (default runs/{spec.name})",
+                      str(output_dir(spec)))
     check_budget(spec.budget)
     for key in VERDICT_ONLY_BUDGET_KEYS:
         if getattr(spec.budget, key) != getattr(BudgetSpec(), key):

@@ -12,10 +12,12 @@ import argparse
 import time
 from pathlib import Path
 
+from sweeps.arguments import integer
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweep_dir", metavar="SWEEP_DIR", help="sweep directory")
-    parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--port", type=integer(1, 65535), help="port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--detach", action="store_true",
                         help="leave the UI running and return (stop it with the printed kill command)")
 
@@ -50,8 +52,6 @@ def run(args) -> int:
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
         raise UsageError(f"{sweep_dir}: no such sweep directory")
-    if args.port is not None and not 0 < args.port < 65536:
-        raise UsageError(f"--port must be in 1..65535; got {args.port}")
     from reports.ui import UiError, jobs_url, start_ui
 
     uri, experiment_id = _store(sweep_dir)

@@ -166,7 +166,7 @@ CASES = [
     fit_case("fit-empty-run-name", CSV_HEADER + ",0,0.3\n", ("line 2: empty run name",)),
     fit_case("fit-all-unfittable", CSV_HEADER + "lonely,0,0.3\nno_r0,100,0.4\nno_r0,120,0.5\nno_r0,140,0.55\n",
              ("no curve could be fitted (2 curve(s))", "lonely:", "no_r0: R0 is unknown")),
-    fit_case("fit-target-zero", CSV_HEADER + "a,0,0.3\n", ("--target must be a compute value > 0",),
+    fit_case("fit-target-zero", CSV_HEADER + "a,0,0.3\n", ("argument --target: got 0, expected a finite number > 0",),
              options=["--fit-until", "150", "--target", "0"]),
     fit_case("fit-window-inverted", CSV_HEADER + "a,0,0.3\n", ("--fit-until must exceed --burn-in",),
              options=["--fit-until", "100", "--burn-in", "200", "--target", "300"]),
@@ -476,6 +476,38 @@ PROCESS_CASES = [
          files={"c.csv": CSV_HEADER + CURVE}),
     ProcessCase("plan-without-spec", ["plan"], ("required: spec",)),
     ProcessCase("unknown-command", ["plna", "spec.yaml"], ("unknown command 'plna'",)),
+    # Issue 49: names and paths past the file system's limits, numbers outside their ranges, work without a bound.
+    proc_spec("name-300-bytes", SPEC.replace("name: t", "name: " + "n" * 300), ("name: got 300 bytes", "at most 100")),
+    proc_tune("tune-name-300-bytes", TUNE.replace("name: t", "name: " + "n" * 300), ("name: got 300 bytes",)),
+    proc_spec("output-dir-component-256-bytes", SPEC + f"output_dir: out/{'o' * 256}\n",
+              ("output_dir: a path component of 256 bytes", "at most 255")),
+    proc_spec("output-dir-past-path-max", SPEC + f"output_dir: {'/'.join(['p' * 250] * 16)}\n",
+              ("output_dir:", "as an absolute path", "4,096-byte path limit")),
+    proc_spec("cache-dir-component-300-bytes", override(f"warm_start: {{cache_dir: c/{'c' * 300}}}"),
+              ("warm_start.cache_dir: a path component of 300 bytes",)),
+    ProcessCase("train-run-dir-component-300-bytes", ["train", "--run-dir", "r" * 300],
+                ("--run-dir: a path component",)),
+    ProcessCase("train-threads-negative", ["train", "--threads", "-3"], ("argument --threads: got -3",)),
+    proc_fit("fit-bootstrap-seed-negative", CSV_HEADER + CURVE,
+             ("argument --bootstrap-seed: got -1", "[0, 4,294,967,295]"), [*FIT, "--bootstrap-seed", "-1"]),
+    proc_fit("fit-bootstrap-seed-past-32-bits", CSV_HEADER + CURVE, ("argument --bootstrap-seed: got 4294967296",),
+             [*FIT, "--bootstrap-seed", str(2**32)]),
+    proc_fit("fit-n-boot-past-its-bound", CSV_HEADER + CURVE, ("argument --n-boot: got 100000000",),
+             [*FIT, "--n-boot", "100000000"]),
+    proc_fit("fit-target-nan", CSV_HEADER + CURVE, ("argument --target: got nan", "a finite number > 0"),
+             ["--fit-until", "150", "--target", "nan"]),
+    proc_fit("fit-r0-above-1", CSV_HEADER + CURVE, ("argument --r0: got 1.5", "[0, 1]"), [*FIT, "--r0", "1.5"]),
+    proc_fit("fit-paper-range-reversed", CSV_HEADER + CURVE, ("--paper-c-mid-range: LO must be below HI",),
+             [*FIT, "--method", "paper", "--paper-c-mid-range", "500", "100"]),
+    proc_fit("fit-1000-runs-of-100-rows-with-1000-draws",
+             CSV_HEADER + "".join(f"r{run},{c},{0.2 + 0.5 * c / (c + 3000):.4f}\n" for run in range(1000)
+                                  for c in range(0, 10000, 100)),
+             ("1,000 curves x (1 + --n-boot 1000) = 1,001,000 fits", "--allow-long")),
+    ProcessCase("report-n-boot-1", ["report", "out", "--n-boot", "1"], ("argument --n-boot: got 1",)),
+    ProcessCase("ui-port-70000", ["ui", "out", "--port", "70000"], ("argument --port: got 70000", "[1, 65,535]")),
+    proc_spec("run-10000-jobs", SPEC.replace("{loss: dapo}", "{loss: [%s]}" % ", ".join(
+        f"{{name: cispo, eps_max: {1 + i / 10000}}}" for i in range(1, 10000))), ("10,000 jobs", "--allow-large"),
+              command="run"),
 ]
 
 # Where a case's only output is an allowed in-directory artefact: none; refusals write nothing at all.
@@ -567,6 +599,8 @@ def test_a_spec_of_10000_jobs_plans_in_seconds(tmp_path):
     code, out, err, peak_mb, seconds = run_sweep_command(["plan", "big.yaml"], tmp_path, env)
     assert code == 0, err[-2000:]
     assert "10000 jobs: 10000 variants x 1 seed(s)" in out
+    assert "warning: 10,000 jobs, each trained to 20 device_seconds (200,000 in all), more than 1,000: starting " \
+           "them takes --allow-large" in out
     assert seconds < 30 and peak_mb < 1000, (seconds, peak_mb)
 
 

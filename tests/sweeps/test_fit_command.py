@@ -113,8 +113,9 @@ def test_bad_csv_is_a_usage_error(tmp_path, capsys, content, message):
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["--fit-until", "1000"], "--fit-until must exceed --burn-in"),
-    (["--target", "0"], "--target must be a compute value > 0"),
-    (["--n-boot", "1"], "--n-boot must be 0 (no intervals) or >= 2"),
+    (["--target", "0"], "argument --target: got 0, expected a finite number > 0"),
+    (["--n-boot", "1"], "argument --n-boot: got 1, expected 0 or an integer in [2, 100,000]"),
+    (["--bootstrap-seed", "-1"], "argument --bootstrap-seed: got -1, expected an integer in [0, 4,294,967,295]"),
     (["--method", "paper", "--fit-r0"], "--method paper takes R0 as given"),
 ])
 def test_bad_options_are_usage_errors(capsys, extra, message):
