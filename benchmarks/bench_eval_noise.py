@@ -57,6 +57,7 @@ def measure(sweep_dir: Path, runs: int, eval_seeds: int, settings: list[str]) ->
     from recipe.checkpoint import load_checkpoint
     from recipe.config import load_recipe
     from recipe.evaluation import evaluate
+    from recipe.generator import TorchGenerator
     from recipe.model import load_model_dir
     from recipe.run import build_components, evaluation_kwargs, model_directory
     from recipe.tasks import build_task
@@ -83,7 +84,8 @@ def measure(sweep_dir: Path, runs: int, eval_seeds: int, settings: list[str]) ->
             rates, ses, seconds = [], [], []
             for seed in range(eval_seeds):
                 started = time.perf_counter()
-                metrics = evaluate(model, tokenizer, task, **{**kwargs, "eval_cfg": eval_cfg, "seed": seed})
+                metrics = evaluate(TorchGenerator(model, tokenizer), task, **{**kwargs, "eval_cfg": eval_cfg,
+                                                                          "seed": seed})
                 seconds.append(time.perf_counter() - started)
                 rates.append(metrics["eval/pass_rate"])
                 ses.append(metrics["eval/pass_rate_se"])

@@ -57,7 +57,7 @@ def train_one(seed: int, target: float, compare: str, overrides: list[str], out_
 
     def evaluate_on_both_streams(run: Run) -> dict:
         # The shared stream's pass rate rides in the record through the metrics averager (one value: its mean).
-        shared = evaluate(run.model, run.tokenizer, run.task, step=run.step,
+        shared = evaluate(run.generator, run.task, step=run.step, policy_version=run.step,
                           **{**run.eval_kwargs, "eval_cfg": shipped_eval, "seed": FIXED_EVAL_SEED})
         run.pending.add({"eval_shared/pass_rate": shared["eval/pass_rate"],
                          "eval_shared/interrupted_frac": shared["eval/interrupted_frac"]})

@@ -70,7 +70,7 @@ def time_training(run, repeats: int) -> dict:
     P = run.cfg.rollout.prompts_per_batch
     orders = [run.c.curriculum.sample(P) for _ in range(16)]
     minibatches = [m for m in (assemble_minibatch(s, run.c) for s in sample_round(
-        run.model, run.tokenizer, run.task, run.c, run.cfg, orders, run.rngs, policy_version=0)) if m.batch is not None]
+        run.generator, run.task, run.c, run.cfg, orders, run.rngs, policy_version=0)) if m.batch is not None]
     minibatches = minibatches[:10]
     weights, optimizer = copy.deepcopy(run.model.state_dict()), copy.deepcopy(run.optimizer.state_dict())
     own = recipe.trainer.supports_shared_prefix

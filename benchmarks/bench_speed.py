@@ -144,14 +144,14 @@ def run_child(args) -> int:
                 t0 = time.perf_counter()
                 orders = [run.c.curriculum.sample(P) for _ in range(k)]
                 both = [(samples, assemble_minibatch(samples, run.c))
-                        for samples in sample_round(run.model, run.tokenizer, run.task, run.c, cfg, orders, run.rngs,
+                        for samples in sample_round(run.generator, run.task, run.c, cfg, orders, run.rngs,
                                                     policy_version=run.step)]
                 generation_s = (time.perf_counter() - t0) / k  # the round's time, a k-th to each step
                 generated = [(samples, minibatch, generation_s) for samples, minibatch in both]
             else:
                 for _ in range(k):
                     t0 = time.perf_counter()
-                    samples = sample_groups(run.model, run.tokenizer, run.task, run.c, cfg,
+                    samples = sample_groups(run.generator, run.task, run.c, cfg,
                                             run.c.curriculum.sample(P), run.rngs, policy_version=run.step)
                     minibatch = assemble_minibatch(samples, run.c)
                     generated.append((samples, minibatch, time.perf_counter() - t0))

@@ -31,7 +31,7 @@ from components import REGISTRIES
 from components.registry import ConfigError, check_value_type, describe_value, shown_key
 from recipe.engines.launch import check_sharding_value
 from recipe.engines.support import check_engine
-from recipe.run_config import EVAL_DRAWS, MODEL_DTYPES, TASK_NAMES, RecipeConfig
+from recipe.run_config import EVAL_DRAWS, GENERATORS, MODEL_DTYPES, TASK_NAMES, RecipeConfig
 from recipe.scalerl import SCALERL
 
 AXES = tuple(REGISTRIES)
@@ -42,7 +42,9 @@ NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped")
 # that value the key stays out of the id, so a sweep begun before the key existed resumes its jobs.
 ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer.micro_batch_tokens": 0,
                    "optimizer.gradient_checkpointing": False, "engine.vllm_server_url": "http://localhost:8000",
-                   "engine.vllm_server_devices": 0, "rollout.decode_token_budget": 0, "eval.decode_token_budget": 0}
+                   "engine.vllm_server_devices": 0, "rollout.decode_token_budget": 0, "eval.decode_token_budget": 0,
+                   "rollout.generator": "torch", "rollout.vllm_cpu_kv_cache_gib": 1,
+                   "rollout.vllm_gpu_memory_utilization": 0.3}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -121,6 +123,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "rollout.prompts_per_batch": (1, math.inf, True), "rollout.samples_per_prompt": (2, math.inf, True),
     "rollout.temperature": (0, math.inf, False), "rollout.max_new_tokens": (1, math.inf, True),
     "rollout.rows_per_call": (1, math.inf, True), "rollout.decode_token_budget": (0, math.inf, True),
+    "rollout.vllm_cpu_kv_cache_gib": (1, math.inf, True), "rollout.vllm_gpu_memory_utilization": (0, 1, False),
     "optimizer.lr": (0, math.inf, False), "optimizer.warmup_steps": (0, math.inf, True),
     "optimizer.weight_decay": (0, math.inf, True), "optimizer.eps": (0, math.inf, False),
     "optimizer.beta1": (0, 1, True), "optimizer.beta2": (0, 1, True), "optimizer.grad_clip": (0, math.inf, False),
@@ -140,7 +143,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 
 # The string run settings with a fixed set of values (component names are checked by their registries).
 # engine.sharding: a name or an accelerate config file's path (recipe.engines.launch.check_sharding_value).
-CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS, "task.name": TASK_NAMES, "model.dtype": MODEL_DTYPES}
+CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS, "task.name": TASK_NAMES, "model.dtype": MODEL_DTYPES,
+                                       "rollout.generator": GENERATORS}
 
 
 def check_ranges(data: Mapping[str, Any]) -> None:

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from recipe.generator import Rollout, decode_responses, generate
+from recipe.generator import Rollout, decode_responses
 from recipe.run_config import EVAL_DRAWS
 
 
@@ -79,9 +79,11 @@ def score(task, tokenizer, rollout: Rollout, answers: list[str]) -> torch.Tensor
     return correct & ~rollout.truncated.cpu()
 
 
-def evaluate(model, tokenizer, task, *, precision, length_control, eval_cfg, max_new_tokens: int,
-             temperature: float, seed: int, step: int = 0) -> dict[str, float]:
-    """Eval metrics of the model as it is now (eval/pass_rate, eval/greedy_pass_rate, lengths, truncation...).
+def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_tokens: int,
+             temperature: float, seed: int, step: int = 0, policy_version: int = 0) -> dict[str, float]:
+    """Eval metrics of the generator's model as it is now, weights of `policy_version` (eval/pass_rate,
+    eval/greedy_pass_rate, lengths, truncation...); `generator` is the rollout's (recipe.generator.TorchGenerator
+    or recipe.vllm_generator.VllmGenerator), so the curve is measured with what samples the training data.
 
     The num_prompts x samples_per_prompt sampled answers and the num_prompts greedy ones are
     generated together, eval_cfg.batch_size rows per generate call (the per-token work of a decode
@@ -89,7 +91,8 @@ def evaluate(model, tokenizer, task, *, precision, length_control, eval_cfg, max
     """
     started = time.perf_counter()
     problems = task.validation[: eval_cfg.num_prompts]
-    device = next(model.parameters()).device
+    tokenizer = generator.tokenizer
+    device = next(generator.model.parameters()).device
     torch_rng, numpy_rng = evaluation_streams(seed, eval_cfg.draws, step, device)
     k = eval_cfg.samples_per_prompt
     prompts = [p.prompt for p in problems for _ in range(k)]
@@ -103,10 +106,10 @@ def evaluate(model, tokenizer, task, *, precision, length_control, eval_cfg, max
     corrects, lengths, truncated, interrupted = [], [], [], []
     for start in range(0, len(prompts), size):
         rows = slice(start, start + size)
-        rollout = generate(model, tokenizer, prompts[rows], precision=precision, length_control=length_control,
-                           max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy_rows[rows],
-                           torch_rng=torch_rng, numpy_rng=numpy_rng,
-                           decode_token_budget=eval_cfg.decode_token_budget)
+        rollout = generator.generate(prompts[rows], precision=precision, length_control=length_control,
+                                     max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy_rows[rows],
+                                     torch_rng=torch_rng, numpy_rng=numpy_rng, policy_version=policy_version,
+                                     decode_token_budget=eval_cfg.decode_token_budget)
         corrects.append(score(task, tokenizer, rollout, answers[rows]))
         lengths.append(rollout.lengths.cpu().float())
         truncated.append(rollout.truncated.cpu().float())

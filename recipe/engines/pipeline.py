@@ -57,8 +57,8 @@ from components import REGISTRIES
 from recipe.compute import clocks, since
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
-from recipe.run import (Run, Samples, assemble_minibatch, build_components, configure_cuda, devices_held,
-                        model_directory, prepare_run_dir, role_device, sample_groups, train_on)
+from recipe.run import (Run, Samples, assemble_minibatch, build_components, build_generator, configure_cuda,
+                        devices_held, model_directory, prepare_run_dir, role_device, sample_groups, train_on)
 from recipe.model import lm_parts, load_model_dir
 from recipe.tasks import build_task
 from recipe.tracking import read_metrics
@@ -383,6 +383,9 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
     hold_in_publish_dtypes(model)
     task = build_task(cfg.task, tokenizer)
     c = build_components(cfg)
+    # The torch generator decodes on `model` itself; a vLLM engine serves `model`'s weights, loading each newly
+    # received version before the generate call that uses it (never mid-sequence).
+    generator = build_generator(cfg, model, tokenizer, task, model_directory(cfg))
     channels.weights.tensors = wait_get(channels.handoff, channels)
     if channels.weights.tensors is None:
         return
@@ -418,7 +421,7 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
         index, prompt_ids = order
         paused_before = totals["paused"]
         updates_before = len(latencies)
-        samples = sample_groups(model, tokenizer, task, c, cfg, prompt_ids, rngs, policy_version=version,
+        samples = sample_groups(generator, task, c, cfg, prompt_ids, rngs, policy_version=version,
                                 on_decode_step=on_decode_step)
         busy = samples.seconds - (totals["paused"] - paused_before)
         totals["busy"] += busy

@@ -52,6 +52,7 @@ from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
 from recipe.config import RecipeConfig, load_recipe, run_id, to_dict
 from recipe.evaluation import evaluate, evaluation_steps
 from recipe.advantages import filter_and_normalize
+from recipe.generator import TorchGenerator
 from components.registry import ConfigError
 from recipe.engines.launch import free_port, is_launched, launch_command
 from recipe.model import load_model_dir
@@ -622,7 +623,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             unwrapped = accelerator.unwrap_model(trainer.model)
             unwrapped.eval()
             with gathered_parameters(unwrapped):
-                record = {"step": step, **evaluate(unwrapped, tokenizer, task, step=step, **eval_kwargs)}
+                record = {"step": step, **evaluate(TorchGenerator(unwrapped, tokenizer), task, step=step,
+                                                   **eval_kwargs)}
             unwrapped.train()
             meter.evaluation_seconds += since(started)[0]
         if main:

@@ -10,16 +10,16 @@ import torch
 
 @pytest.mark.parametrize("batch_size, calls", [(1024, [24]), (10, [10, 10, 4])])
 def test_sampled_and_greedy_answers_share_the_generate_calls(tiny_recipe, tmp_path, monkeypatch, batch_size, calls):
-    import recipe.evaluation as evaluation
+    import recipe.generator as generator_module
     from recipe.run import Run
 
-    real_generate, seen = evaluation.generate, []
+    real_generate, seen = generator_module.generate, []
 
     def counting_generate(model, tokenizer, prompts, **kwargs):  # the real generator, its calls recorded
         seen.append((list(prompts), kwargs["greedy"].clone()))
         return real_generate(model, tokenizer, prompts, **kwargs)
 
-    monkeypatch.setattr(evaluation, "generate", counting_generate)
+    monkeypatch.setattr(generator_module, "generate", counting_generate)
     torch.set_num_threads(1)
     # 8 prompts x (2 sampled + 1 greedy) = 24 rows
     run = Run(tiny_recipe(f"eval.batch_size={batch_size}"), tmp_path / "run", "cpu", devices=1)
@@ -38,11 +38,11 @@ def test_sampled_and_greedy_answers_share_the_generate_calls(tiny_recipe, tmp_pa
 
 
 def test_without_greedy_only_the_sampled_answers_are_generated(tiny_recipe, tmp_path, monkeypatch):
-    import recipe.evaluation as evaluation
+    import recipe.generator as generator_module
     from recipe.run import Run
 
-    real_generate, rows = evaluation.generate, []
-    monkeypatch.setattr(evaluation, "generate",
+    real_generate, rows = generator_module.generate, []
+    monkeypatch.setattr(generator_module, "generate",
                         lambda model, tokenizer, prompts, **kwargs: rows.append(len(prompts)) or
                         real_generate(model, tokenizer, prompts, **kwargs))
     run = Run(tiny_recipe("eval.greedy=false"), tmp_path / "run", "cpu", devices=1)
@@ -114,6 +114,7 @@ def test_eval_draws_must_be_a_known_choice(tiny_recipe):
 def test_runs_of_every_seed_are_scored_on_one_stream_unless_eval_seed_is_null(tiny_recipe):
     # eval.seed (default 0): one test for every run of a sweep; null: each run's own seed decides its draws.
     from recipe.evaluation import evaluate
+    from recipe.generator import TorchGenerator
     from recipe.model import load_model_dir
     from recipe.run import build_components, evaluation_kwargs
     from recipe.tasks import build_task
@@ -126,7 +127,7 @@ def test_runs_of_every_seed_are_scored_on_one_stream_unless_eval_seed_is_null(ti
     def scored(*overrides):
         run_cfg = tiny_recipe("eval.samples_per_prompt=8", *overrides)
         kwargs = evaluation_kwargs(run_cfg, build_components(run_cfg))
-        return kwargs["seed"], evaluate(model, tokenizer, task, **kwargs)["eval/len_mean"]
+        return kwargs["seed"], evaluate(TorchGenerator(model, tokenizer), task, **kwargs)["eval/len_mean"]
 
     assert scored("seed=1") == scored("seed=2") == scored("seed=5", "eval.seed=0")
     assert scored("seed=1", "eval.seed=null")[0] == 1
@@ -167,6 +168,7 @@ def test_evaluation_logs_its_sampling_standard_error(tiny_recipe, tmp_path):
     import numpy as np
 
     from recipe.evaluation import evaluate
+    from recipe.generator import TorchGenerator
     from recipe.model import load_model_dir
     from recipe.run import build_components, evaluation_kwargs
     from recipe.tasks import build_task
@@ -176,7 +178,7 @@ def test_evaluation_logs_its_sampling_standard_error(tiny_recipe, tmp_path):
     model, tokenizer = load_model_dir(cfg.model.path)
     task = build_task(cfg.task, tokenizer)
     kwargs = evaluation_kwargs(cfg, build_components(cfg))
-    runs = [evaluate(model, tokenizer, task, **{**kwargs, "seed": seed}) for seed in range(12)]
+    runs = [evaluate(TorchGenerator(model, tokenizer), task, **{**kwargs, "seed": seed}) for seed in range(12)]
     logged = np.mean([r["eval/pass_rate_se"] for r in runs])
     spread = np.std([r["eval/pass_rate"] for r in runs], ddof=1)
     assert 0 < logged < 0.2

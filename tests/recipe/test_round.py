@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-import recipe.run as run_module
+import recipe.generator as generator_module
 from components import REGISTRIES
-from recipe.generator import generate
+from recipe.generator import TorchGenerator, generate
 from recipe.model import load_model_dir
 from recipe.run import build_components, sample_round, select_rows
 from recipe.tasks import build_task
@@ -52,9 +52,9 @@ def round_of(cfg, orders, monkeypatch):
         calls.append(len(args[2]))
         return generate(*args, **kwargs)
 
-    monkeypatch.setattr(run_module, "generate", counting_generate)
+    monkeypatch.setattr(generator_module, "generate", counting_generate)
     rngs = {"torch": torch.Generator().manual_seed(0), "numpy": np.random.default_rng(0)}
-    return sample_round(model, tokenizer, task, c, cfg, orders, rngs, policy_version=3), calls, model
+    return sample_round(TorchGenerator(model, tokenizer), task, c, cfg, orders, rngs, policy_version=3), calls, model
 
 
 def test_a_round_is_sampled_in_one_call_and_cut_into_its_minibatches(tiny_recipe, monkeypatch):
