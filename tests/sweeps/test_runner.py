@@ -187,6 +187,26 @@ def test_a_trl_sweep_runs_end_to_end_and_resumes_after_kill_9_of_driver_and_jobs
     assert list(out.glob("runs/*/trl/checkpoint-*")), "the jobs checkpoint through TRL"
 
 
+# rollout.generator vllm on the same tiny jobs (one head of 32: a head size vLLM's CPU backend runs).
+VLLM_JOB_OVERRIDES = TINY_JOB_OVERRIDES.replace("num_heads: 2}", "num_heads: 1}").replace(
+    "samples_per_prompt: 4}", "samples_per_prompt: 4, generator: vllm}")
+
+
+def test_a_vllm_sweep_runs_end_to_end_and_resumes_after_kill_9_of_driver_and_jobs(tmp_path):
+    """A sweep whose jobs generate with vLLM's CPU build: plan, run, kill -9 of the driver and its jobs (each
+    job's engine dies with it), rerun to the end from the checkpoints, fit and report."""
+    assert "generator: vllm" in VLLM_JOB_OVERRIDES and "num_heads: 1" in VLLM_JOB_OVERRIDES
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=320, target=640, extra="", max_steps=200,
+                                overrides=VLLM_JOB_OVERRIDES))
+    out = tmp_path / "out"
+    kill_driver_mid_sweep_then_rerun(spec, out)
+    assert_complete_curves(out, 2)
+    assert (out / "report.pdf").is_file() and (out / "loo_table.csv").is_file()
+    for run_dir in out.glob("runs/*"):
+        assert "generator: vllm" in (run_dir / "config.yaml").read_text()
+
+
 def test_a_job_that_stops_on_an_input_error_is_not_retried(tmp_path, capsys, monkeypatch):
     # On SLURM a model path on the cluster's filesystem is checked by the job on its node, not by the plan;
     # the plan-time check is switched off here to stand for that. The job itself runs for real and refuses.
