@@ -91,8 +91,7 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
     """
     started = time.perf_counter()
     problems = task.validation[: eval_cfg.num_prompts]
-    tokenizer = generator.tokenizer
-    device = next(generator.model.parameters()).device
+    tokenizer, device = generator.tokenizer, generator.device
     torch_rng, numpy_rng = evaluation_streams(seed, eval_cfg.draws, step, device)
     k = eval_cfg.samples_per_prompt
     prompts = [p.prompt for p in problems for _ in range(k)]

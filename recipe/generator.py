@@ -384,7 +384,8 @@ class TorchGenerator:
     """The generator every platform has: `generate` above, on the model it holds (CPU or CUDA).
 
     The generator interface (recipe/vllm_generator.py's VllmGenerator implements the same):
-        model, tokenizer                          the torch model whose weights it serves, and their tokenizer
+        model, tokenizer, device                  the torch model whose weights it serves, its tokenizer, the
+                                                  device its rollouts are on
         generate(prompts, *, precision, length_control, max_new_tokens, temperature, greedy, torch_rng,
                  numpy_rng, policy_version, on_decode_step, decode_token_budget) -> Rollout
     A change to `model`'s weights is served from the first call given a new policy_version (here at once:
@@ -395,6 +396,10 @@ class TorchGenerator:
 
     def __init__(self, model, tokenizer) -> None:
         self.model, self.tokenizer = model, tokenizer
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
 
     def generate(self, prompts: list[str], **settings) -> Rollout:
         return generate(self.model, self.tokenizer, prompts, **settings)

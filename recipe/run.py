@@ -293,21 +293,28 @@ def token_limit(length_control, tokenizer, max_new_tokens: int) -> int:
     return max(max_new_tokens, length_control.max_thinking + len(phrase) + length_control.answer_budget)
 
 
+def engine_length(cfg: RecipeConfig, model, tokenizer, task, length_control) -> int:
+    """A vLLM engine's max_model_len: the task's longest prompt and the longest response the recipe allows, within
+    the model's positions (a sequence that reaches them stops there, truncated)."""
+    longest_prompt = max(len(tokenizer(problem.prompt).input_ids) for problem in [*task.train, *task.validation])
+    wanted = longest_prompt + token_limit(length_control, tokenizer, cfg.rollout.max_new_tokens)
+    return min(wanted, getattr(model.config, "max_position_embeddings", None) or wanted)
+
+
 def build_generator(cfg: RecipeConfig, model, tokenizer, task, model_dir: Path):
     """rollout.generator's backend serving `model`'s weights: the torch decode loop on the model itself, or an
     in-process vLLM engine (recipe/vllm_generator.py) sized for the task's longest prompt and response."""
     if cfg.rollout.generator == "torch":
         return TorchGenerator(model, tokenizer)
-    from recipe.vllm_generator import VllmGenerator
+    from recipe.vllm_generator import VllmGenerator, start_engine
 
     length_control = REGISTRIES["length_control"].build(cfg.length_control)
-    longest_prompt = max(len(tokenizer(problem.prompt).input_ids) for problem in [*task.train, *task.validation])
-    return VllmGenerator(model, tokenizer, str(model_dir), dtype=cfg.model.dtype,
-                         fp32_head=bool(cfg.precision["fp32_head"]),
-                         max_model_len=longest_prompt + token_limit(length_control, tokenizer,
-                                                                    cfg.rollout.max_new_tokens),
-                         seed=cfg.seed, cpu_kv_cache_gib=cfg.rollout.vllm_cpu_kv_cache_gib,
-                         gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
+    engine = start_engine(str(model_dir), device=next(model.parameters()).device, dtype=cfg.model.dtype,
+                          fp32_head=bool(cfg.precision["fp32_head"]),
+                          max_model_len=engine_length(cfg, model, tokenizer, task, length_control),
+                          seed=cfg.seed, cpu_kv_cache_gib=cfg.rollout.vllm_cpu_kv_cache_gib,
+                          gpu_memory_utilization=cfg.rollout.vllm_gpu_memory_utilization)
+    return VllmGenerator(engine, model, tokenizer)
 
 
 def evaluation_kwargs(cfg: RecipeConfig, c: Components) -> dict:

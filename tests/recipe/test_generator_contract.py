@@ -17,6 +17,7 @@ backends run where there is a GPU and are skipped elsewhere with the reason.
 from __future__ import annotations
 
 import collections
+import importlib.util
 import math
 
 import numpy as np
@@ -44,10 +45,11 @@ def build_backend(name: str, model_dir):
         from recipe.generator import TorchGenerator
 
         return TorchGenerator(generator_model, tokenizer), trainer_model
-    from recipe.vllm_generator import VllmGenerator
+    from recipe.vllm_generator import VllmGenerator, start_engine
 
-    return VllmGenerator(generator_model, tokenizer, str(model_dir), dtype="float32", max_model_len=64,
-                         cpu_kv_cache_gib=1, gpu_memory_utilization=0.2), trainer_model
+    engine = start_engine(str(model_dir), device=torch.device(device), dtype="float32", max_model_len=64,
+                          gpu_memory_utilization=0.2)
+    return VllmGenerator(engine, generator_model, tokenizer), trainer_model
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +74,8 @@ def backends(tiny_model_dir):
 def backend(request, backends):
     if request.param.endswith("cuda") and not CUDA:
         pytest.skip("no CUDA device on this machine")
+    if request.param == "vllm-cuda" and importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed on this GPU machine (pip install -e '.[vllm]')")
     return backends(request.param)
 
 

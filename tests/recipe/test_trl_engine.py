@@ -16,7 +16,7 @@ import pytest
 from components.registry import ConfigError
 from recipe.config import load_recipe
 from recipe.engines import train
-from recipe.engines.support import TRL_ENGINE_ROWS, TRL_SUPPORT, TRL_VERIFIED, support_table
+from recipe.engines.support import GENERATOR_ROWS, TRL_ENGINE_ROWS, TRL_SUPPORT, TRL_VERIFIED, support_table
 from recipe.engines.trl import STATE_NAME, loss_arguments, trl_arguments
 from recipe.tracking import read_metrics
 
@@ -42,7 +42,8 @@ def test_every_recipe_choice_has_a_row_in_the_support_table():
     choices = {(axis, name) for axis, registry in REGISTRIES.items() for name in registry.names()}
     assert choices == set(TRL_SUPPORT)
     table = support_table()
-    assert table.count("\n") == len(choices) + 1 + len(TRL_ENGINE_ROWS)  # header, rule, a row a choice, settings
+    # header, rule, a row a choice, a row a generator, the engine's settings
+    assert table.count("\n") == len(choices) + 1 + len(GENERATOR_ROWS) + len(TRL_ENGINE_ROWS)
     refused = {key for key, support in TRL_SUPPORT.items() if support.kind == "refused"}
     assert set(TRL_VERIFIED) == set(TRL_SUPPORT) - refused  # every runnable row says how far it is proven
 
@@ -125,8 +126,11 @@ def test_the_launch_command_runs_accelerate_by_this_interpreter_on_a_free_port()
     # model's thinking reaches, so samples are interrupted) through TRL.
     ["aggregation=prompt_mean", "curriculum=no_positive_resampling", "length_control=interruption",
      "length_control.min_thinking=4", "length_control.max_thinking=7"],
+    # The same through TRL's colocated vLLM (the CPU build): the interruption samples each row to its own budget.
+    ["aggregation=prompt_mean", "curriculum=no_positive_resampling", "length_control=interruption",
+     "length_control.min_thinking=4", "length_control.max_thinking=7", "engine.vllm_mode=colocate"],
 ], ids=["cispo", "dapo", "gspo", "grpo-sample-prompt", "adv-none-filter-none", "bf16-head-length-penalty", "k2",
-        "prompt-mean", "scalerl-base"])
+        "prompt-mean", "scalerl-base", "scalerl-base-vllm-colocate"])
 def test_each_choice_trl_supports_trains_with_finite_losses_and_a_rising_pass_rate(tiny_learner_dir, tmp_path,
                                                                                     overrides):
     from tests.conftest import tiny_override_list
