@@ -73,10 +73,11 @@ def engine_process(device: torch.device, cpu_kv_cache_gib: int = 1):
         torch._dynamo.config.disable = True
     threads, set_threads = torch.get_num_threads(), torch.set_num_threads
     try:
-        with warnings.catch_warnings():  # vLLM's import touches torch APIs torch 2.13 deprecates
+        # vLLM's import and start touch torch APIs torch 2.13 deprecates (torch.jit.script_method,
+        # torch.distributed.reduce_op): its notices, not ours.
+        with warnings.catch_warnings(), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             warnings.simplefilter("ignore", FutureWarning)
-            import vllm  # noqa: F401
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            warnings.simplefilter("ignore", DeprecationWarning)
             yield
     finally:
         torch.set_num_threads = set_threads

@@ -80,3 +80,20 @@ def pytest_sessionfinish(session, exitstatus):
     if alive:
         print(f"\nservices the tests started are still running: {', '.join(alive)}", flush=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# The modules whose tests run whole training jobs in their own processes, tens of seconds each (BENCHMARKS.md,
+# "make test"). `make test` hands tests to its two workers one at a time in collection order, so these go first:
+# the many short tests then fill the gaps, and the two workers finish together instead of one waiting for
+# the other's last long test.
+LONG_FIRST = ("tests/sweeps/test_runner.py", "tests/recipe/test_trl_engine.py", "tests/sweeps/test_tune.py",
+              "tests/sweeps/test_scan_run.py", "tests/recipe/test_pipeline.py", "tests/recipe/test_vllm_generator.py",
+              "tests/recipe/test_loop.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        path = item.nodeid.split("::")[0]
+        return LONG_FIRST.index(path) if path in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a module, and of every other module, is kept

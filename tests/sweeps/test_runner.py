@@ -147,14 +147,15 @@ def test_cancel_stops_local_jobs_and_run_resumes_them(tmp_path, capsys):
     # processes themselves (submitit's job processes ignore SIGTERM), then `sweep run` resumes them.
     from sweeps.state import is_locked
 
-    # 1,000 steps, ~50 s a job: still running when cancelled. At 200 steps (~10 s) CI runs on fresh
-    # clones saw the job launched first finish before the cancel (it is ahead by the second job's
-    # start-up, and the cancel waits for the second's third evaluation; measured here: steps 16 and 8)
-    # and, once, while `cancel` stopped the jobs one by one with a grace period each (now all at once).
-    spec = write_spec(tmp_path, executor="local", target=16000, max_steps=1000)
+    # 400 steps, ~18 s of one core a job: still running when cancelled, which happens as soon as the second
+    # job has a checkpoint (its second evaluation, step 2; both write one every 2 steps). The first job is
+    # ahead by the second's start-up (a few seconds). At 200 steps CI runs on fresh clones saw the first job
+    # finish before a cancel that waited for the second's third evaluation, and, once, while `cancel` stopped
+    # the jobs one by one with a grace period each (now all at once); at 1,000 steps the rerun took ~50 s.
+    spec = write_spec(tmp_path, executor="local", target=6400, max_steps=400)
     out = tmp_path / "out"
-    # both jobs training, with a few evaluations each
-    driver = start_driver_until(spec, out, lambda lines: len(lines) == 2 and min(lines) >= 3)
+    # both jobs training, each past its first checkpoint
+    driver = start_driver_until(spec, out, lambda lines: len(lines) == 2 and min(lines) >= 2)
     driver.kill()
     driver.wait()
     run_dirs = list(out.glob("runs/*"))
@@ -176,9 +177,9 @@ TRL_JOB_OVERRIDES = TINY_JOB_OVERRIDES + """\
 
 def test_a_trl_sweep_runs_end_to_end_and_resumes_after_kill_9_of_driver_and_jobs(tmp_path):
     spec = tmp_path / "spec.yaml"
-    # 40 steps a job (640 samples): far from done at its third evaluation point, where the kill lands
-    # (at 10 steps a job had 6 steps, about a second, left between the poll and the kill).
-    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=320, target=640, extra="", max_steps=200,
+    # 24 steps a job (384 samples): far from done at its third evaluation point, where the kill lands (at 10
+    # steps a job had 6 steps, about a second, left between the poll and the kill; 24 leave 20, ~8 s).
+    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=192, target=384, extra="", max_steps=200,
                                 overrides=TRL_JOB_OVERRIDES))
     out = tmp_path / "out"
     kill_driver_mid_sweep_then_rerun(spec, out)  # the driver and its jobs: a lost node
@@ -197,8 +198,8 @@ def test_a_vllm_sweep_runs_end_to_end_and_resumes_after_kill_9_of_driver_and_job
     job's engine dies with it), rerun to the end from the checkpoints, fit and report."""
     assert "generator: vllm" in VLLM_JOB_OVERRIDES and "num_heads: 1" in VLLM_JOB_OVERRIDES
     spec = tmp_path / "spec.yaml"
-    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=320, target=640, extra="", max_steps=200,
-                                overrides=VLLM_JOB_OVERRIDES))
+    spec.write_text(TINY.format(executor="local", out=tmp_path / "out", fit_at=192, target=384, extra="", max_steps=200,
+                                overrides=VLLM_JOB_OVERRIDES))  # 24 steps a job, as the trl sweep's
     out = tmp_path / "out"
     kill_driver_mid_sweep_then_rerun(spec, out)
     assert_complete_curves(out, 2)
