@@ -111,7 +111,7 @@ def run_sweep_train(overrides: list[str], run_dir: Path) -> subprocess.Popen:
 
 @pytest.mark.parametrize("role", ["generator", "trainer"])
 def test_kill_9_of_a_role_stops_the_run_naming_it_and_a_rerun_resumes(tiny_overrides, tmp_path, role):
-    overrides = tiny_overrides(*pipeline_overrides(2), "eval.every_steps=2", "checkpoint.every_steps=2", run_steps=24)
+    overrides = tiny_overrides(*pipeline_overrides(2), "eval.every_steps=2", "checkpoint.every_steps=2", run_steps=16)
     run_dir = tmp_path / "run"
     process = run_sweep_train(overrides, run_dir)
     deadline = time.time() + 300
@@ -131,7 +131,7 @@ def test_kill_9_of_a_role_stops_the_run_naming_it_and_a_rerun_resumes(tiny_overr
     output, _ = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, output
     steps = [r["step"] for r in read_metrics(run_dir)]
-    assert steps == list(range(0, 25, 2))  # every eval point once, none missing
+    assert steps == list(range(0, 17, 2))  # every eval point once, none missing
 
 
 @pytest.mark.parametrize("overrides, device, gpus, held", [

@@ -156,12 +156,15 @@ def test_kill_9_then_the_same_command_resumes_from_trls_checkpoint(tiny_override
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "sweeps.cli", "train", *overrides, "--run-dir", str(run_dir), "--threads", "1"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+    log = tmp_path / "first.log"
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
     deadline = time.time() + 240
     while not list((run_dir / "trl").glob(f"checkpoint-*/{STATE_NAME}")) and process.poll() is None \
             and time.time() < deadline:
         time.sleep(0.05)
+    ended = process.poll()
+    assert ended is None, f"the job ended (exit {ended}) before the kill: {log.read_text()[-3000:]}"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     killed_at = read_metrics(run_dir)[-1]["step"]

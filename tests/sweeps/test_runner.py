@@ -134,9 +134,9 @@ def kill_driver_mid_sweep_then_rerun(spec: Path, out: Path, kill_jobs_too: bool 
 def test_kill_9_of_the_driver_then_rerun_resumes_without_gaps_or_duplicates(tmp_path, kill_jobs_too):
     # driver-only: the jobs live on and the new driver watches them instead of launching twice;
     # driver-and-jobs (a lost node): the new driver resumes every job from its checkpoint.
-    # 50 steps a job: a job at its third evaluation point (step 4) is far from done when the kill lands
-    # (at 10 steps, 160 samples, a fast machine finished a job between the poll and the kill).
-    spec = write_spec(tmp_path, executor="local", target=800)
+    # 30 steps a job: a job at its third evaluation point (step 4) is 26 steps (over a second) from done when the
+    # kill lands (at 10 steps, 160 samples, a fast machine finished a job between the poll and the kill).
+    spec = write_spec(tmp_path, executor="local", target=480)
     out = tmp_path / "out"
     kill_driver_mid_sweep_then_rerun(spec, out, kill_jobs_too)
     assert_complete_curves(out, 2)

@@ -126,14 +126,14 @@ def test_a_study_completes_reports_its_best_and_a_rerun_repeats_nothing(tmp_path
 
 
 def test_a_killed_driver_resumes_its_running_trial_in_place(tmp_path, tiny_model_dir):
-    # Trial 1 runs 160 steps (G = 2, 8 samples a step) and checkpoints every 2: seconds between its
+    # Trial 1 runs 80 steps (G = 2, 8 samples a step) and checkpoints every 2: seconds between its
     # first checkpoint and its end on any machine. (At the shared budget, 160 samples, a random G = 6
     # trial ran 7 steps, 0.18 s from first checkpoint to done.json: a CI machine's poll missed it.)
     # Trial 2 is the sampler's: the resumed driver goes on to ask for it.
     start_with = [{"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 4},
                   {"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 2}]
     spec = write_spec(tmp_path, tiny_model_dir, start_with=start_with,
-                      budget={"unit": "samples", "fit_at": 1280, "target": 2560})
+                      budget={"unit": "samples", "fit_at": 640, "target": 1280})
     out = tmp_path / "out"
     command = [sys.executable, "-m", "sweeps.cli", "tune", str(spec)]
     log = tmp_path / "driver.log"
@@ -162,7 +162,7 @@ def test_a_killed_driver_resumes_its_running_trial_in_place(tmp_path, tiny_model
     # every evaluation once (resumed from the checkpoint, not restarted and not duplicated)
     record = json.loads((out / "trials" / "1.json").read_text())
     steps = eval_steps(out / "runs" / record["run_id"])
-    assert steps == list(range(0, steps[-1] + 1, 2)) and steps[-1] == 160
+    assert steps == list(range(0, steps[-1] + 1, 2)) and steps[-1] == 80
     assert len(list((out / "runs").iterdir())) == 3
 
 
