@@ -171,15 +171,15 @@ def decode_part(options) -> dict:
 
     import torch
 
-    from recipe.warm_start import shipped_warm_start_dir  # the project's tokenizer lives beside the shipped model
 
     work = Path(tempfile.mkdtemp(prefix="bench_generators_"))
     model_dir = work / "qwen25-0.5b-random"
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(Qwen2Config(**QWEN25_0P5B))
     model.save_pretrained(model_dir)
+    shipped = next((REPO / "recipe" / "warm_starts").iterdir())  # the project's tokenizer, beside the shipped model
     for name in ("tokenizer.json", "tokenizer_config.json"):
-        (model_dir / name).write_bytes((shipped_warm_start_dir() / name).read_bytes())
+        (model_dir / name).write_bytes((shipped / name).read_bytes())
     parameters = sum(p.numel() for p in model.parameters())
     del model
     runs = []
@@ -216,18 +216,26 @@ def learn_part(options) -> dict:
                 (run_dir / "done.json").write_text(json.dumps({"wall_s": time.perf_counter() - started,
                                                                "load_before": before, "load_after": load()}))
             records = read_metrics(run_dir)
-            curves.setdefault(generator, {})[seed] = {r["step"]: r["eval/pass_rate"] for r in records}
+            curves.setdefault(generator, {})[seed] = {r["step"]: (r["eval/pass_rate"], r["eval/pass_rate_se"])
+                                                      for r in records}
             curves[generator][seed]["info"] = json.loads((run_dir / "done.json").read_text())
     steps = sorted(set.intersection(*[{s for s in c if s != "info"} for g in curves.values() for c in g.values()]))
+    # The difference of the two generators' seed means, against its standard error: the seeds' spread (sd / sqrt
+    # n each) and the evaluation's sampling error. Every run of one generator scores with the same evaluation
+    # draws (eval.seed 0: common random numbers), so that error is shared by its seeds, not averaged away, and
+    # the two generators draw differently (vLLM samples with its own random numbers): each adds its se whole.
+    n = len(options.seeds)
     table = []
     for step in steps:
         row = {"step": step}
         for generator, by_seed in curves.items():
-            values = [by_seed[seed][step] for seed in options.seeds]
-            row[generator] = {"mean": statistics.mean(values), "sd": statistics.stdev(values) if len(values) > 1
-                              else 0.0, "values": values}
-        spread = max(row["torch"]["sd"], row["vllm"]["sd"]) * (2 / len(options.seeds)) ** 0.5
-        row["within_2_se"] = abs(row["torch"]["mean"] - row["vllm"]["mean"]) <= 2 * spread
+            values = [by_seed[seed][step][0] for seed in options.seeds]
+            row[generator] = {"mean": statistics.mean(values), "sd": statistics.stdev(values) if n > 1 else 0.0,
+                              "eval_se": statistics.mean(by_seed[seed][step][1] for seed in options.seeds),
+                              "values": values}
+        se = (sum(row[g]["sd"] ** 2 / n + row[g]["eval_se"] ** 2 for g in ("torch", "vllm"))) ** 0.5
+        row["difference"], row["se"] = row["vllm"]["mean"] - row["torch"]["mean"], se
+        row["within_2_se"] = abs(row["difference"]) <= 2 * se
         table.append(row)
     return {"seeds": options.seeds, "steps": options.steps, "table": table,
             "info": {g: {s: c[s]["info"] for s in c} for g, c in curves.items()}}
@@ -258,7 +266,8 @@ def main() -> None:
     (OUT / f"bench_generators_{options.part}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "table")}, indent=2))
     for row in result.get("table", []):
-        print(row["step"], {g: round(row[g]["mean"], 3) for g in ("torch", "vllm")}, "within:", row["within_2_se"])
+        print(row["step"], {g: round(row[g]["mean"], 3) for g in ("torch", "vllm")}, f"diff {row['difference']:+.3f}",
+              f"se {row['se']:.3f}", "within 2 se:", row["within_2_se"])
 
 
 if __name__ == "__main__":
