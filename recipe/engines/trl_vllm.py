@@ -19,18 +19,28 @@ Server mode syncs weights over NCCL only (TRL's VLLMClient), so on CPU only colo
 from __future__ import annotations
 
 import importlib
+import os
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from recipe.config import RecipeConfig
+from recipe.engines.launch import free_port
 
+# What TRL's colocate mode writes into os.environ for vLLM's env:// rendezvous when one process trains.
+RENDEZVOUS_KEYS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 @contextmanager
 def colocated_engine(cfg: RecipeConfig, device: str):
     """While TRL's trainer is built: its colocated vLLM engine gets the recipe's dtype and head and runs eager on
-    CPU, in a process left with its threads and random state (recipe.vllm_generator.engine_process)."""
+    CPU, in a process left with its threads and random state (recipe.vllm_generator.engine_process).
+
+    One process has no launcher's rendezvous: TRL writes one into os.environ, on port 29500 whenever it is free
+    at that instant, so two runs starting together on a machine (a sweep's local jobs, pytest's workers) took
+    the same port, and every process the run started later inherited it. Here the port is one the OS picks, and
+    the environment is as it was once the engine has started (its process group is up by then).
+    """
     from recipe.vllm_generator import engine_process, head_dtype_override
 
     module = importlib.import_module("trl.generation.vllm_generation")
@@ -46,11 +56,18 @@ def colocated_engine(cfg: RecipeConfig, device: str):
         return original(*args, **{**kwargs, **settings, "max_num_batched_tokens": batched or None})
 
     module.LLM = start
+    before = {key: os.environ.get(key) for key in RENDEZVOUS_KEYS}
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
     try:
         with engine_process(torch.device(device), cfg.rollout.vllm_cpu_kv_cache_gib):
             yield
     finally:
         module.LLM = original
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def reload_weights_on_sync(vllm_generation) -> None:

@@ -135,9 +135,15 @@ def test_each_choice_trl_supports_trains_with_finite_losses_and_a_rising_pass_ra
                                                                                     overrides):
     from tests.conftest import tiny_override_list
 
+    from recipe.engines.trl_vllm import RENDEZVOUS_KEYS
+
     cfg = load_recipe(None, [*tiny_override_list(tiny_learner_dir, 32), *TRL_BASE, *LEARNS, "eval.every_steps=16",
                              *overrides])
+    rendezvous = {key: os.environ.get(key) for key in RENDEZVOUS_KEYS}
     records = train(cfg, tmp_path / "run", device="cpu")
+    # TRL's colocated engine writes a rendezvous (port 29500) into os.environ; a process this one starts later
+    # (a test's subprocess, a job) must not inherit it.
+    assert {key: os.environ.get(key) for key in RENDEZVOUS_KEYS} == rendezvous
     assert [r["step"] for r in records] == [0, 16, 32]
     for record in records[1:]:
         assert math.isfinite(record["train/loss"]) and math.isfinite(record["train/grad_norm"])
