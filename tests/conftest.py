@@ -85,10 +85,11 @@ def pytest_sessionfinish(session, exitstatus):
 # The modules whose tests run whole training jobs in their own processes, tens of seconds each (BENCHMARKS.md,
 # "make test"). `make test` hands tests to its two workers one at a time in collection order, so these go first:
 # the many short tests then fill the gaps, and the two workers finish together instead of one waiting for
-# the other's last long test.
-LONG_FIRST = ("tests/sweeps/test_runner.py", "tests/recipe/test_trl_engine.py", "tests/sweeps/test_tune.py",
-              "tests/sweeps/test_scan_run.py", "tests/recipe/test_pipeline.py", "tests/recipe/test_vllm_generator.py",
-              "tests/recipe/test_loop.py")
+# the other's last long test. An xdist_group's tests (the SLURM cluster's, ~2.5 min; SmolLM2's) go to one worker
+# together, so those groups go first of all: started last, one worker ran them alone at the end.
+LONG_FIRST = ("tests/sweeps/test_slurm.py", "tests/recipe/test_pretrained.py", "tests/sweeps/test_runner.py",
+              "tests/recipe/test_trl_engine.py", "tests/sweeps/test_tune.py", "tests/sweeps/test_scan_run.py",
+              "tests/recipe/test_pipeline.py", "tests/recipe/test_vllm_generator.py", "tests/recipe/test_loop.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

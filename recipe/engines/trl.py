@@ -804,20 +804,27 @@ def first_error(log_path: Path) -> str:
     return found if len(found) <= 300 else found[:300] + "..."
 
 
-def main(argv: list[str]) -> int:
-    """`python -m recipe.engines.trl RUN_DIR`: one process of an accelerate-launched trl job."""
+def main(argv: list[str]) -> None:
+    """`python -m recipe.engines.trl RUN_DIR`: one process of an accelerate-launched trl job; it exits the process
+    (status 0) once the job is done, or raises."""
     run_dir = Path(argv[0])
     cfg = load_recipe(run_dir / "config.yaml")
     # Each rank on its own GPU (accelerate's torchrun sets LOCAL_RANK), before the model is loaded onto it.
     device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
+    distributed = torch.distributed.is_available()
     try:
         train_trl(cfg, run_dir, device=device)
+        if distributed and torch.distributed.is_initialized():
+            torch.distributed.barrier()  # no rank leaves while another is still in a collective (the last save)
     finally:
-        # Left to interpreter shutdown, gloo's threads can abort the process ("terminate called without an
-        # active exception") after the job is done, and torchrun then reports the job failed.
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
+        if distributed and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-    return 0
+    # The job is done and written. Interpreter shutdown can still abort the process after destroy_process_group
+    # (gloo's threads: "terminate called without an active exception", seen in CI and locally on busy cores), and
+    # torchrun then reports the finished job failed: leave without it.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
@@ -825,4 +832,4 @@ if __name__ == "__main__":
     # patches or pickles recipe.engines.trl's (benchmarks/gpu_spread_reward, checkpoints) sees the ones in use.
     from recipe.engines.trl import main as module_main
 
-    raise SystemExit(module_main(sys.argv[1:]))
+    module_main(sys.argv[1:])

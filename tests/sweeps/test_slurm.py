@@ -43,10 +43,12 @@ output_dir: {out}
 DAEMONS = ("slurmctld", "slurmd", "munged")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def slurm_cluster():
     """A one-node cluster for this module: brought up (installed only where tests/services.py allows) and,
-    when this fixture started it, stopped again at the end, munged included."""
+    when this fixture started it, stopped again at the end, munged included. The session's, not the module's:
+    pytest tears a module's fixture down whenever another module's test comes between two of its tests, and a
+    second bring-up in one run failed on the first munged's lock."""
     if os.geteuid() != 0:
         pytest.skip("bringing up SLURM needs root")
     if not all(shutil.which(tool) for tool in (*DAEMONS, "sbatch")) and not may_install_system_packages():
