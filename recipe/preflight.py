@@ -17,6 +17,7 @@ from typing import Any
 
 from components.registry import ConfigError
 from recipe.engines.launch import is_config_file
+from recipe.pretrained import SOURCES, is_pretrained_name, source_file
 
 # Bytes per parameter of the embedded model while it trains, all fp32: weights, gradients and AdamW's
 # two moments in the trainer (16), and the generator's copy of the weights (4).
@@ -49,7 +50,8 @@ def check_memory(cfg: Any, available: int, where: str) -> None:
 
 def recipe_paths(cfg: Any) -> list[tuple[str, str]]:
     """(key, path) of every file or directory the recipe reads."""
-    paths = [] if cfg.model.path == "embedded" else [("model.path", cfg.model.path)]
+    named = cfg.model.path == "embedded" or is_pretrained_name(cfg.model.path)
+    paths = [] if named else [("model.path", cfg.model.path)]
     if cfg.task.name == "jsonl":
         paths += [(key, value) for key, value in (("task.train_path", cfg.task.train_path),
                                                   ("task.validation_path", cfg.task.validation_path)) if value]
@@ -152,6 +154,8 @@ def head_size(cfg: Any) -> int | None:
 
     if cfg.model.path == "embedded":
         return cfg.model.hidden_size // cfg.model.num_heads
+    if is_pretrained_name(cfg.model.path):
+        return SOURCES[cfg.model.path].head_size
     try:
         config = json.loads((Path(cfg.model.path) / "config.json").read_text())
         return int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
@@ -176,9 +180,16 @@ def check_vllm_machine(cfg: Any) -> None:
                           f"heads); choose such a shape, or set {key} {fallback}")
 
 
+def check_pretrained_source(cfg: Any) -> None:
+    """A named pretrained model's file is installed where the job runs (it is converted there on first use)."""
+    if is_pretrained_name(cfg.model.path):
+        source_file(cfg.model.path)
+
+
 def check_can_run(cfg: Any, available: int | None = None, where: str = "this machine") -> None:
     """Every check of this module, for a job about to run on this machine."""
     check_files(cfg)
+    check_pretrained_source(cfg)
     check_sharding_machine(cfg)
     check_vllm_machine(cfg)
     check_memory(cfg, machine_memory_bytes() if available is None else available, where)

@@ -37,7 +37,8 @@ from recipe.model import load_model_dir
 from recipe.tasks import build_task
 from recipe.tracking import Tracker, write_phase, write_text_atomic
 from recipe.trainer import TrainBatch, build_optimizer, train_step
-from recipe.warm_start import warm_start_dir
+from recipe.pretrained import is_pretrained_name, pretrained_dir
+from recipe.warm_start import cache_root, warm_start_dir
 
 
 @dataclass
@@ -59,10 +60,13 @@ def build_components(cfg: RecipeConfig) -> Components:
 
 
 def model_directory(cfg: RecipeConfig, log_every: int = 0, run_dir: Path | None = None) -> Path:
-    """The HF directory the run starts from: the cached warm start for "embedded", else model.path.
+    """The HF directory the run starts from: the cached warm start for "embedded", the cached conversion of a
+    named pretrained model (recipe/pretrained.py), else model.path.
 
     With run_dir, a warm start being built (by this job or another) shows as the run's phase.
     """
+    if is_pretrained_name(cfg.model.path):
+        return pretrained_dir(cfg.model.path, cache_root(cfg.warm_start))
     if cfg.model.path == "embedded":
         on_progress = None if run_dir is None else lambda done, total: write_phase(run_dir, "warm start", done, total)
         path = warm_start_dir(cfg.model, cfg.warm_start, cfg.task, log_every=log_every, on_progress=on_progress)

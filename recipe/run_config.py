@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
 SHARDINGS = ("none", "fsdp", "zero3")  # EngineConfig.sharding's names (launch.SHARDING_FLAGS), or a file path
-TASK_NAMES = ("embedded", "jsonl")  # TaskConfig.name's values (recipe.tasks.build_task)
+TASK_NAMES = ("embedded", "jsonl", "word_problems")  # TaskConfig.name's values (recipe.tasks.build_task)
 GENERATORS = ("torch", "vllm")  # RolloutConfig.generator's values (recipe.run.build_generator)
 
 

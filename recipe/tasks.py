@@ -1,4 +1,5 @@
-"""Tasks with verifiable rewards: the embedded carry-addition task and a JSONL loader for real math data.
+"""Tasks with verifiable rewards: the embedded carry-addition task, a JSONL loader for real math data, and the
+real model's word problems.
 
 A task is two prompt lists (train pool, held-out validation) with reference answers and a checker:
 `task.check(response_text, answer) -> bool`. Rewards are +1 / -1 from that checker.
@@ -218,6 +219,94 @@ def build_math_task(train_path: str, validation_path: str | None, validation_siz
     return MathTask("jsonl", train=convert(train_rows), validation=convert(validation_rows))
 
 
+# ---------------------------------------------------------------------------------------------------
+# The real model's task (task.name: word_problems): arithmetic and short word problems in natural language.
+#
+#     system    Solve the problem. Think step by step between <think> and </think>, then give only the final
+#               answer as a number.
+#     user      Maya has 38 stickers and gets 47 more. How many stickers does Maya have now?
+#     assistant <think>                       (the prompt ends here: the model continues its thinking)
+#     response  38 + 47 = 85 ...</think> 85<|im_end|>
+#
+# The prompt is the model's own chat template with the assistant turn opened by `<think>`, so a sample is a
+# thinking section the recipe's interruption can cut (`</think>` and the paper's phrase are plain text tokens)
+# and an answer section after it. The checker reads the text after the last `</think>` with math-verify: a
+# response that never closes its thinking is wrong, as on the embedded task.
+#
+# Difficulty is the operands' size: each operand of a problem has task.min_digits..max_digits digits
+# (multiplication: the second factor 2..12). Problems are drawn from a seeded generator: half bare
+# arithmetic ("What is 38 + 47?"), half one-step word problems, addition, subtraction (never negative) and
+# multiplication in equal shares; distinct, validation drawn first and disjoint from train, so the same
+# data_seed gives the same split whatever train_size.
+
+SYSTEM_PROMPT = ("Solve the problem. Think step by step between <think> and </think>, then give only the final "
+                 "answer as a number.")
+NAMES = ("Maya", "Tom", "Lena", "Omar", "Ivy", "Ravi", "Sofia", "Ben", "Aiko", "Noah")
+ITEMS = ("apples", "stickers", "marbles", "books", "coins", "pencils", "cards", "shells")
+
+
+def operand(rng: random.Random, min_digits: int, max_digits: int) -> int:
+    digits = rng.randint(min_digits, max_digits)
+    return rng.randint(10 ** (digits - 1) if digits > 1 else 1, 10**digits - 1)
+
+
+def word_problem(rng: random.Random, min_digits: int, max_digits: int) -> tuple[str, int]:
+    """(question, answer) of one problem."""
+    operation = rng.choice("+-*")
+    a, b = operand(rng, min_digits, max_digits), operand(rng, min_digits, max_digits)
+    if operation == "-" and b > a:
+        a, b = b, a
+    if operation == "*":
+        b = rng.randint(2, 12)
+    answer = {"+": a + b, "-": a - b, "*": a * b}[operation]
+    if rng.random() < 0.5:
+        symbol = {"+": "+", "-": "-", "*": "times"}[operation]
+        return f"What is {a} {symbol} {b}?", answer
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    question = {
+        "+": f"{name} has {a} {item} and gets {b} more. How many {item} does {name} have now?",
+        "-": f"{name} had {a} {item} and gave away {b}. How many {item} does {name} have left?",
+        "*": f"{name} buys {a} boxes with {b} {item} in each box. How many {item} is that in total?",
+    }[operation]
+    return question, answer
+
+
+def chat_prompt(question: str, tokenizer) -> str:
+    """The chat template's system and user turns, then the assistant turn opened by `<think>`."""
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + THINK_OPEN
+
+
+class WordProblemTask(MathTask):
+    def check(self, response_text: str, answer: str) -> bool:
+        if final_answer(response_text) is None:
+            return False  # never closed its thinking: no answer section
+        return super().check(response_text, answer)
+
+
+def build_word_problem_task(train_size: int, validation_size: int, min_digits: int, max_digits: int,
+                            data_seed: int, tokenizer) -> WordProblemTask:
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("task.name: word_problems asks through the model's chat template, and this model's "
+                         "tokenizer has none; use a chat model (e.g. model.path smollm2-135m-instruct)")
+    rng = random.Random(data_seed)
+    seen: set[str] = set()
+    problems: list[Problem] = []
+    attempts = 0
+    while len(problems) < train_size + validation_size:
+        attempts += 1
+        if attempts > 20 * (train_size + validation_size) + 1000:
+            raise ValueError(f"task.train_size: {train_size} + validation {validation_size} distinct problems of "
+                             f"{min_digits}..{max_digits} digits could not be drawn; lower the sizes or widen the "
+                             "digits")
+        question, answer = word_problem(rng, min_digits, max_digits)
+        if question in seen:
+            continue
+        seen.add(question)
+        problems.append(Problem(chat_prompt(question, tokenizer), str(answer)))
+    return WordProblemTask("word_problems", train=problems[validation_size:], validation=problems[:validation_size])
+
+
 def build_task(cfg, tokenizer) -> Task:
     """cfg: run_config.TaskConfig."""
     if cfg.name == "embedded":
@@ -227,4 +316,7 @@ def build_task(cfg, tokenizer) -> Task:
         if not cfg.train_path:
             raise ValueError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
         return build_math_task(cfg.train_path, cfg.validation_path, cfg.validation_size, cfg.data_seed, tokenizer)
-    raise ValueError(f"task.name: got {cfg.name!r}, expected 'embedded' or 'jsonl'")
+    if cfg.name == "word_problems":
+        return build_word_problem_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
+                                       cfg.data_seed, tokenizer)
+    raise ValueError(f"task.name: got {cfg.name!r}, expected 'embedded', 'jsonl' or 'word_problems'")

