@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -222,16 +223,20 @@ def build_math_task(train_path: str, validation_path: str | None, validation_siz
 # ---------------------------------------------------------------------------------------------------
 # The real model's task (task.name: word_problems): arithmetic and short word problems in natural language.
 #
-#     system    Solve the problem. Think step by step between <think> and </think>, then give only the final
-#               answer as a number.
-#     user      Maya has 38 stickers and gets 47 more. How many stickers does Maya have now?
-#     assistant <think>                       (the prompt ends here: the model continues its thinking)
-#     response  38 + 47 = 85 ...</think> 85<|im_end|>
+#     system    Solve the problem and give the final answer as a number.
+#     user      Maya has 3 stickers and gets 4 more. How many stickers does Maya have now?
+#     assistant (the prompt ends here)
+#     response  Maya has 3 + 4 = 7 stickers now.<|im_end|>
 #
-# The prompt is the model's own chat template with the assistant turn opened by `<think>`, so a sample is a
-# thinking section the recipe's interruption can cut (`</think>` and the paper's phrase are plain text tokens)
-# and an answer section after it. The checker reads the text after the last `</think>` with math-verify: a
-# response that never closes its thinking is wrong, as on the embedded task.
+# The prompt is the model's own chat template. The whole response is its thinking until a `</think>`: the
+# recipe's interruption cuts a response at its thinking budget, forcing the paper's phrase and `</think>` as
+# plain text tokens, and the answer section follows. The checker reads the answer section (after the last
+# `</think>`) when there is one, else the whole response, and compares its last number with the answer.
+# Why not a `<think>` opened in the prompt, as on the embedded task: SmolLM2-135M-Instruct (a Q4_1 rounding)
+# does not follow that convention. With it, greedy answers were right 1.6% of the time on 1-2 digit
+# problems and sampled ones 0%, so every reward was -1 and RL had nothing to learn from. In its own chat format,
+# 1-digit problems at temperature 0.7 are right ~10-30% of the time, and a rambling answer's later numbers make it
+# wrong: the reward and the length controls act on exactly what the model can improve (issue 51).
 #
 # Difficulty is the operands' size: each operand of a problem has task.min_digits..max_digits digits
 # (multiplication: the second factor 2..12). Problems are drawn from a seeded generator: half bare
@@ -239,8 +244,7 @@ def build_math_task(train_path: str, validation_path: str | None, validation_siz
 # multiplication in equal shares; distinct, validation drawn first and disjoint from train, so the same
 # data_seed gives the same split whatever train_size.
 
-SYSTEM_PROMPT = ("Solve the problem. Think step by step between <think> and </think>, then give only the final "
-                 "answer as a number.")
+SYSTEM_PROMPT = "Solve the problem and give the final answer as a number."
 NAMES = ("Maya", "Tom", "Lena", "Omar", "Ivy", "Ravi", "Sofia", "Ben", "Aiko", "Noah")
 ITEMS = ("apples", "stickers", "marbles", "books", "coins", "pencils", "cards", "shells")
 
@@ -272,16 +276,17 @@ def word_problem(rng: random.Random, min_digits: int, max_digits: int) -> tuple[
 
 
 def chat_prompt(question: str, tokenizer) -> str:
-    """The chat template's system and user turns, then the assistant turn opened by `<think>`."""
+    """The chat template's system and user turns, then the opened assistant turn."""
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + THINK_OPEN
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 class WordProblemTask(MathTask):
     def check(self, response_text: str, answer: str) -> bool:
-        if final_answer(response_text) is None:
-            return False  # never closed its thinking: no answer section
-        return super().check(response_text, answer)
+        """The last number of the answer section (after the last `</think>`), else of the whole response."""
+        section = final_answer(response_text)
+        numbers = re.findall(r"-?\d+", (response_text if section is None else section).replace(",", ""))
+        return bool(numbers) and int(numbers[-1]) == int(answer)
 
 
 def build_word_problem_task(train_size: int, validation_size: int, min_digits: int, max_digits: int,

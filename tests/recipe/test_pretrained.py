@@ -53,7 +53,7 @@ def test_a_missing_package_names_how_to_install_it(monkeypatch):
         pretrained.source_file(NAME)
 
 
-def test_word_problems_split_deterministically_and_are_scored_after_the_thinking(smollm2_cache):
+def test_word_problems_split_deterministically_and_score_the_last_number_of_the_answer(smollm2_cache):
     from recipe.pretrained import pretrained_dir
     from recipe.run_config import TaskConfig
     from recipe.tasks import SYSTEM_PROMPT, build_task, word_problem
@@ -65,15 +65,17 @@ def test_word_problems_split_deterministically_and_are_scored_after_the_thinking
     assert task.validation == again.validation and task.train == again.train
     assert not {p.prompt for p in task.validation} & {p.prompt for p in task.train}
     prompt = task.validation[0].prompt
-    assert SYSTEM_PROMPT in prompt and prompt.endswith("<|im_start|>assistant\n<think>")
+    assert SYSTEM_PROMPT in prompt and prompt.endswith("<|im_start|>assistant\n")
     rng = random.Random(3)
     for _ in range(200):
         question, answer = word_problem(rng, 1, 3)
         a, b = (int(number) for number in re.findall(r"\d+", question))
         assert answer in (a + b, a - b, a * b) and answer >= 0
     assert task.check("38 + 47 = 85</think> The answer is 85.", "85")
-    assert not task.check("38 + 47 = 85, so the answer is 85.", "85")  # never closed its thinking
-    assert not task.check("</think> 84", "85") and task.check("...</think>\\boxed{85}", "85")
+    assert task.check("38 + 47 = 85, so Maya has 85 stickers.", "85")  # no thinking section: the whole response
+    assert not task.check("38 + 47 = 85, which is 10 more than 75.", "85")  # its last number is the answer
+    assert not task.check("38 + 47 = 85 ...</think> 84", "85") and task.check("...</think>\\boxed{1,085}", "1085")
+    assert not task.check("I cannot tell.", "85")
 
 
 def test_one_rl_step_on_the_pretrained_model(smollm2_cache, tmp_path, monkeypatch):
