@@ -17,6 +17,7 @@ others wait). The weights are the quantized file's: a Q4_1 rounding of the relea
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -61,6 +62,14 @@ def source_file(name: str) -> Path:
 
 
 def file_digest(path: Path) -> str:
+    """The file's SHA-256, hashed once per process for a given (path, size, modification time): every job and
+    evaluation resolves model.path, and the file is 98 MB."""
+    stat = path.stat()
+    return _digest(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -99,3 +99,26 @@ def test_one_rl_step_on_the_pretrained_model(smollm2_cache, tmp_path, monkeypatc
     assert math.isfinite(last["eval/pass_rate"]) and last["compute/samples"] == 4
     if "train/loss" in last:  # a step whose groups all tie has nothing to train on
         assert math.isfinite(last["train/loss"]) and last["train/logprob_mismatch"] < 1e-4
+
+
+def test_two_rl_steps_on_the_pretrained_model_through_trl(smollm2_cache, tmp_path, monkeypatch):
+    """The trl engine on the real model: TRL's GRPOTrainer with our loss, interruption and evaluation, two steps
+    on a tiny batch (its chat template, its tokenizer's <|im_end|> as the end of a response)."""
+    from recipe.config import load_recipe
+    from recipe.engines import train
+
+    monkeypatch.setenv("SCALERL_CACHE", str(smollm2_cache))
+    cfg = load_recipe(None, [
+        f"model.path={NAME}", "engine.name=trl", "task.name=word_problems", "task.train_size=32",
+        "task.validation_size=4", "task.min_digits=1", "task.max_digits=1", "rollout.prompts_per_batch=2",
+        "rollout.samples_per_prompt=2", "rollout.max_new_tokens=12", "aggregation=prompt_mean", "curriculum=uniform",
+        "length_control.min_thinking=4", "length_control.max_thinking=6", "length_control.answer_budget=4",
+        "off_policy=ppo_off_policy", "off_policy.k=1", "eval.num_prompts=2", "eval.samples_per_prompt=1",
+        "eval.every_steps=1", "eval.points_per_doubling=0", "optimizer.lr=1e-6", "tracking.mlflow=false",
+        "max_steps=2"])
+    records = train(cfg, tmp_path / "run", device="cpu")
+    assert [r["step"] for r in records] == [0, 1, 2]
+    for record in records[1:]:
+        assert record["rollout/interrupted_frac"] > 0  # 4-6 thinking tokens: the phrase was forced in
+        assert math.isfinite(record["train/loss"]) and math.isfinite(record["eval/pass_rate"])
+    assert records[-1]["compute/samples"] == 8 and records[-1]["compute/device_seconds"] > 0
