@@ -106,14 +106,14 @@ def mismatch_one_head(options, fp32_head: bool) -> dict:
                                            options.temperature, with_entropy=True)
             gaps.append((trainer.detach() - part.old_logprobs)[part.loss_mask].float())
         model.eval()
-        mask = rollout.loss_mask
         gap = torch.cat(gaps)
         ratio = gap.exp()
-        results[f"{name}, {'fp32' if fp32_head else 'bf16'} head"] = {
-            "tokens": int(mask.sum()), "seconds": seconds, "gap_mean": float(gap.abs().mean()),
+        label = f"{name}, {'fp32' if fp32_head else 'bf16'} head"
+        results[label] = {
+            "tokens": int(gap.numel()), "seconds": seconds, "gap_mean": float(gap.abs().mean()),
             "gap_p99": float(gap.abs().quantile(0.99)), "gap_max": float(gap.abs().max()),
             "ratio_sd": float(ratio.std()), "ratio_min": float(ratio.min()), "ratio_max": float(ratio.max())}
-        print(name, fp32_head, results[f"{name}, {'fp32' if fp32_head else 'bf16'} head"], file=sys.stderr)
+        print(label, results[label], file=sys.stderr)
         if name == "vllm":
             generator.close()
     return results
@@ -166,6 +166,7 @@ def main() -> None:
                 f"{p['compute/device_seconds']:.0f}s {p['eval/pass_rate']:.3f} len {p['eval/len_mean']:.1f}"
                 for p in run["curve"]))
             print(f"  split {run['split']}")
+
 
 if __name__ == "__main__":
     main()
