@@ -133,7 +133,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "eval.samples_per_prompt": (1, math.inf, True), "eval.batch_size": (1, math.inf, True),
     "eval.decode_token_budget": (0, math.inf, True),
     "eval.seed": (0, math.inf, True),
-    "checkpoint.every_steps": (1, math.inf, True),
+    "checkpoint.every_steps": (1, math.inf, True), "checkpoint.every_minutes": (0, math.inf, False),
     "max_steps": (0, math.inf, True), "engine.num_processes": (1, math.inf, True),
     "engine.vllm_server_devices": (0, math.inf, True),
     # Seeds feed numpy and Python generators as well as torch's: numpy takes 0 <= seed < 2^32.

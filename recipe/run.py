@@ -395,6 +395,7 @@ class Run:
         self.eval_kwargs = evaluation_kwargs(cfg, self.c)
         self.eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
         self.step = self.last_checkpoint = 0
+        self.last_checkpoint_time = time.monotonic()
         self.extra: dict = {}
         checkpoint = load_checkpoint(self.run_dir)
         self.resumed = checkpoint is not None
@@ -436,7 +437,11 @@ class Run:
         return self.step in self.eval_steps
 
     def checkpoint_due(self) -> bool:
-        return self.step - self.last_checkpoint >= self.cfg.checkpoint.every_steps or self.step == self.cfg.max_steps
+        """every_steps steps, or every_minutes of wall-clock, since the last checkpoint; and the last step."""
+        every = self.cfg.checkpoint
+        return (self.step - self.last_checkpoint >= every.every_steps or self.step == self.cfg.max_steps
+                or (self.step > self.last_checkpoint
+                    and time.monotonic() - self.last_checkpoint_time >= 60 * every.every_minutes))
 
     def save(self, extra: dict | None = None) -> None:
         save_checkpoint(self.run_dir, {
@@ -448,3 +453,4 @@ class Run:
             "extra": extra or {},
         })
         self.last_checkpoint = self.step
+        self.last_checkpoint_time = time.monotonic()

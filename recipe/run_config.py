@@ -151,8 +151,11 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    # Taken at the first generation-round boundary at or after every every_steps steps (a round is k steps).
+    # Taken at the first generation-round boundary at or after every every_steps steps (a round is k steps),
+    # or after every_minutes of wall-clock since the last one, whichever comes first: a real model's step
+    # can take tens of seconds, and a job killed between step-based checkpoints would lose all of it.
     every_steps: int = 50
+    every_minutes: float = 10.0
 
 
 @dataclass(frozen=True)

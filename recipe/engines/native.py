@@ -8,7 +8,7 @@ generate call, up to rollout.rows_per_call rows: recipe.run.sample_round), then
 the trainer takes k optimizer steps on them in order (minibatch j is j steps stale; k = 1 is
 on-policy). At each evaluation step (evenly spaced in log steps, recipe.evaluation.evaluation_steps)
 the validation pass rate is logged with the compute spent; at the first round boundary past every
-checkpoint.every_steps steps the run is checkpointed.
+checkpoint.every_steps steps (or checkpoint.every_minutes of wall-clock) the run is checkpointed.
 
 Rerunning on the same run directory resumes from its checkpoint and continues bit-identically.
 The building blocks (Run, sample_groups, assemble_minibatch, train_on) live in recipe/run.py, shared

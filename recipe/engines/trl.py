@@ -40,6 +40,7 @@ import math
 import os
 import re
 import sys
+import time
 import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -673,6 +674,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         """
 
         due: int | None = None  # an evaluation step waiting for its log
+        last_save = time.monotonic()  # when this process started or last checkpointed
 
         def evaluate_due(self) -> None:
             if self.due is not None:
@@ -708,6 +710,16 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
                 on_step(state.global_step, meter)
             if state.global_step in eval_steps:
                 self.due = state.global_step
+            # TRL saves every save_steps steps; a slow step also saves after checkpoint.every_minutes of
+            # wall-clock, on a generation boundary like every checkpoint here.
+            if state.global_step % k == 0:
+                overdue = [time.monotonic() - self.last_save >= 60 * cfg.checkpoint.every_minutes]
+                if accelerator.num_processes > 1:  # every rank must save together: rank 0's clock decides
+                    from accelerate.utils import broadcast_object_list
+                    broadcast_object_list(overdue)
+                control.should_save = control.should_save or overdue[0]
+            if control.should_save:
+                self.last_save = time.monotonic()
             if stop_at_step is not None and state.global_step >= stop_at_step:
                 control.should_training_stop = True
 

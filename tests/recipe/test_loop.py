@@ -79,6 +79,20 @@ def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(tiny_reci
     assert [comparable(r) for r in resumed] == [comparable(r) for r in reference]
 
 
+def test_a_slow_run_checkpoints_by_the_clock_between_step_checkpoints(tiny_recipe, tmp_path):
+    from recipe.checkpoint import load_checkpoint
+
+    # every_steps far away, every_minutes ~0: each round boundary is past the wall-clock interval.
+    cfg = tiny_recipe("eval.every_steps=2", "checkpoint.every_steps=1000", "checkpoint.every_minutes=1e-9",
+                      run_steps=12)
+    reference = train(cfg, tmp_path / "reference")
+    interrupted = tmp_path / "interrupted"
+    train(cfg, interrupted, stop_at_step=6)
+    assert load_checkpoint(interrupted)["step"] == 6  # not 0: the clock took the checkpoint
+    resumed = train(cfg, interrupted)
+    assert [comparable(r) for r in resumed] == [comparable(r) for r in reference]
+
+
 def test_kill_9_at_a_random_moment_then_the_same_command_resumes(tiny_recipe, tiny_overrides, tmp_path):
     overrides = tiny_overrides("eval.every_steps=2", "checkpoint.every_steps=4", run_steps=40)
     cfg = tiny_recipe("eval.every_steps=2", "checkpoint.every_steps=4", run_steps=40)

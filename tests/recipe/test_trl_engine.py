@@ -396,6 +396,15 @@ def test_each_evaluation_record_holds_its_own_steps_training_metrics(tiny_overri
         assert any(key.startswith("loss/") for key in record)  # our loss component's own metrics
 
 
+def test_a_slow_trl_run_checkpoints_by_the_clock_between_step_checkpoints(tiny_overrides, tmp_path):
+    # save_steps far away (1,000), every_minutes ~0: every step (k = 1) is past the wall-clock interval.
+    cfg = load_recipe(None, [*tiny_overrides(run_steps=3), *TRL_BASE, "checkpoint.every_steps=1000",
+                             "checkpoint.every_minutes=1e-9"])
+    train(cfg, tmp_path / "run", device="cpu")
+    saved = sorted(int(p.name.split("-")[-1]) for p in (tmp_path / "run" / "trl").glob("checkpoint-*"))
+    assert saved == [2, 3]  # one a step, the oldest removed by save_total_limit 2
+
+
 def test_the_interruption_point_is_the_native_generators_rule():
     from recipe.engines.trl import interruption_point
 
