@@ -36,8 +36,9 @@ from recipe.scalerl import SCALERL
 
 AXES = tuple(REGISTRIES)
 # Field paths that do not change what a run computes (where it logs, where caches live, whether
-# the warm start with the same key is the shipped build or this machine's), so they stay out of its id.
-NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped")
+# the warm start with the same key is the shipped build or this machine's, how often the clock checkpoints
+# it: a resume is bit-identical), so they stay out of its id.
+NOT_IN_RUN_ID = ("tracking", "warm_start.cache_dir", "warm_start.use_shipped", "checkpoint.every_minutes")
 # Keys added after runs existed, and the value at which a run computes what those runs computed: at
 # that value the key stays out of the id, so a sweep begun before the key existed resumes its jobs.
 ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer.micro_batch_tokens": 0,

@@ -30,7 +30,7 @@ from components.precision import HeadPrecision
 from recipe.advantages import filter_and_normalize
 from recipe.checkpoint import load_checkpoint, save_checkpoint
 from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
-from recipe.config import RecipeConfig, resolved_yaml, run_id, to_dict
+from recipe.config import ConfigError, RecipeConfig, load_recipe, resolved_yaml, run_id, to_dict
 from recipe.evaluation import evaluate, evaluation_steps, score
 from recipe.generator import Rollout, TorchGenerator
 from recipe.model import load_model_dir
@@ -260,9 +260,21 @@ def prepare_run_dir(cfg: RecipeConfig, run_dir: Path) -> None:
     text = resolved_yaml(cfg)
     if not config_path.is_file():
         write_text_atomic(config_path, text)
-    elif config_path.read_text() != text:
+    elif config_path.read_text() != text and not same_run(config_path, cfg):
         raise ValueError(f"{run_dir}: holds a run of a different config (config.yaml differs); "
                          "use another run directory or delete this one")
+
+
+def same_run(config_path: Path, cfg: RecipeConfig) -> bool:
+    """Whether the config.yaml a run was started with describes the run `cfg` is: the same run id.
+
+    The text can differ where the run cannot: a key added to the code since (config.ID_UNCHANGED_AT: at that
+    value it computes what the run computed), or a setting outside the id (tracking, the checkpoint's
+    clock interval). Read with today's code, the old file gets the new keys' defaults."""
+    try:
+        return run_id(load_recipe(config_path)) == run_id(cfg)
+    except (ConfigError, ValueError, OSError):
+        return False
 
 
 def resolve_device(device: str = "auto") -> str:

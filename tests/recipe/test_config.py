@@ -112,6 +112,20 @@ def test_a_key_added_later_keeps_the_ids_of_runs_made_before_it():
     assert run_id(load_recipe(overrides=[EARLIER_PHRASE, "seed=3", "loss=dapo"])) == "2556771f8c6e"
 
 
+def test_a_run_started_before_a_key_existed_resumes_in_its_directory(tmp_path):
+    from recipe.run import prepare_run_dir
+
+    # config.yaml as code without checkpoint.every_minutes wrote it, and with another MLflow setting: the
+    # same run (same id), so its directory is taken up again; a run of another seed is not.
+    text = resolved_yaml(SCALERL).replace("  every_minutes: 10.0\n", "").replace("mlflow: true", "mlflow: false")
+    assert "every_minutes" not in text and text != resolved_yaml(SCALERL)
+    (tmp_path / "config.yaml").write_text(text)
+    prepare_run_dir(SCALERL, tmp_path)
+    assert (tmp_path / "config.yaml").read_text() == text  # the record of how the run began stays
+    with pytest.raises(ValueError, match="config.yaml differs"):
+        prepare_run_dir(dataclasses.replace(SCALERL, seed=1), tmp_path)
+
+
 def test_the_papers_interruption_phrase_gave_the_base_recipe_a_new_id():
     # A changed value is not a key added later: on a real model the phrase tokenizes differently, so
     # runs with the earlier phrase are other runs (a sweep begun before it starts its jobs afresh).
