@@ -396,6 +396,10 @@ def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float
              pinned_note: str | None = None) -> SeedVerdict:
     a, pred = effects.get("A"), effects.get("pred_at_target")
     mde = f"MDE: A {_fmt_mde(a)}, pass rate at target {_fmt_mde(pred)}"
+    reach = [effects.get(_reach_key(f)) for f in REACH_LEVELS]
+    if any(r is not None and np.isfinite(r.mde) for r in reach):
+        mde += ", compute " + " / ".join("?" if r is None or not np.isfinite(r.mde) else ratio_text(r.mde)
+                                         for r in reach)
     n = a.n_seeds if a is not None else 0
     if a is None or not np.isfinite(a.low):
         why = f"{n} seed{'s' if n != 1 else ''}" + ("; run >= 2 seeds" if n < 2 else "; no run-to-run variance")

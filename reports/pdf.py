@@ -145,8 +145,8 @@ def _evidence_pages(fits) -> list:
     colours = [figures.VERDICT_COLOURS.get(v, "0.2") for v in verdicts]
     # columns: variant, the effects, then the coloured verdict; each why is a line of its own under the table
     # (in a column it wrapped to 12 characters a line, the figures' columns being wide)
-    whys = [f"{row[0]}: {row[9]}" for row in rows]
-    order = [0, 2, 3, 4, 5, 6, 7, 8]
+    whys = [f"{row[0]}: {row[-1]}" for row in rows]
+    order = [0, *range(2, len(header) - 1)]  # all but the seed count (in the title) and the why
     header = [header[i] for i in order]
     rows = [[row[i] for i in order] for row in rows]
     pages = []

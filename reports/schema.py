@@ -108,8 +108,10 @@ LOO_COLUMNS = (
     # interval pred_lo/pred_hi are ("seeds" or "within-run" with one seed)
     "pred_interval", "d_A", "d_A_lo", "d_A_hi", "MDE_A", "d_pred", "d_pred_lo", "d_pred_hi", "MDE_pred",
     "MDE_is_lower_bound", "log_reach_50", "log_reach_50_lo", "log_reach_50_hi", "log_reach_90",
-    "log_reach_90_lo", "log_reach_90_hi", "ceiling_identifiable", "ceiling_budget", "reason",
+    "log_reach_90_lo", "log_reach_90_hi", "MDE_reach_50", "MDE_reach_90", "ceiling_identifiable", "ceiling_budget",
+    "reason",
 )
+# MDE_reach_50/90: the smallest |ln(C_variant / C_base)| the table detects (as MDE_A), margin included.
 # the run table (one row per job: that seed's own fit, what goes onto its MLflow run)
 RUN_COLUMNS = ("run_id", "variant", "axis", "choice", "seed", "n_points", "R0", "A", "B", "C_mid",
                "pred_at_target", "observed_at_target", "error", "within_margin", "flags", "truncation_rate",

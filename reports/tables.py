@@ -359,6 +359,8 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                         if quantity in ("A", "pred_at_target"):
                             row[f"MDE_{prefix.removeprefix('d_')}"] = effect.mde
                             row["MDE_is_lower_bound"] = effect.mde_is_lower_bound
+                        else:
+                            row[f"MDE_{quantity}"] = effect.mde
         rows.append(row)
     frame = pd.DataFrame(rows, columns=list(schema.LOO_COLUMNS))
     frame["n_points"] = frame["n_points"].astype("Int64")
@@ -464,6 +466,15 @@ def _mde_text(value, lower_bound) -> str:
     return (">=" if lower_bound is True else "") + f"{value:.3f}"
 
 
+def reach_mde_text(row) -> str:
+    """The compute-to-reach MDEs as ratios, "x1.25 / x1.31" (50% / 90%): a variant needing that much more
+    compute than the base (or 1/that less) is detected 80% of the time."""
+    values = [row.get(f"MDE_reach_{level}", math.nan) for level in (50, 90)]
+    if all(v is None or pd.isna(v) for v in values):
+        return "-"
+    return " / ".join("-" if v is None or pd.isna(v) else f"x{math.exp(v):.2f}" for v in values)
+
+
 def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the seed-evidence table: paired effects vs the base with intervals, MDEs, reasons.
 
@@ -476,7 +487,8 @@ def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[
     at = f"@{target:g}" if target else "@target"
     split = "\n" if stacked else " "
     header = ["variant", "seeds", f"dA{split}[interval]", "MDE A", f"d pred{at}{split}[interval]", "MDE pred",
-              f"compute to 50%{split}[interval]", f"compute to 90%{split}[interval]", "verdict", "why"]
+              f"compute to 50%{split}[interval]", f"compute to 90%{split}[interval]", f"MDE compute{split}50% / 90%",
+              "verdict", "why"]
 
     def effect(r, prefix, digits=".3f"):
         if pd.isna(r.get(prefix, math.nan)):
@@ -498,7 +510,8 @@ def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[
             continue
         rows.append([r["variant"], str(r["n_seeds"]), effect(r, "d_A"), _mde_text(r["MDE_A"], r["MDE_is_lower_bound"]),
                      effect(r, "d_pred"), _mde_text(r["MDE_pred"], r["MDE_is_lower_bound"]),
-                     reach(r, "log_reach_50"), reach(r, "log_reach_90"), verdict_text(r, split), r["reason"] or "-"])
+                     reach(r, "log_reach_50"), reach(r, "log_reach_90"), reach_mde_text(r), verdict_text(r, split),
+                     r["reason"] or "-"])
     return header, rows
 
 

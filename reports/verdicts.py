@@ -138,8 +138,11 @@ def verdict_sentence(row, *, target: str = "the target", min_compute_ratio: floa
                  else f"{_ratio(row, f'log_reach_{level}')} to reach {level}%" for i, level in enumerate(levels)]
         return f"{direction.capitalize()}: {', '.join(parts)}."
     if verdict == NO_EFFECT:
+        reach = [math.exp(row[key]) for key in ("MDE_reach_50", "MDE_reach_90")
+                 if pd.notna(row.get(key, math.nan))]
+        compute = f", or x{max(reach):.2f} in the compute to reach 50% or 90% of the gain," if reach else ""
         return (f"No detectable effect: a shift of {row['MDE_A']:.3f} in A or {row['MDE_pred']:.3f} in pass rate "
-                f"at {target} would have shown 80% of the time.")
+                f"at {target}{compute} would have shown 80% of the time.")
     if verdict == NO_VERDICT:
         seeds = row.get("n_seeds")
         count = f"{int(seeds)} seed{'s' if seeds != 1 else ''}" if pd.notna(seeds) else "too few seeds"

@@ -47,6 +47,10 @@ def test_verdicts_with_three_seeds(three_seeds):
     assert got["identical"] == ("no detectable effect", None)
     assert got["later"] == ("efficiency shaper", "slower")  # never "more efficient" for a curve below everywhere
     assert got["steeper"][0] == "efficiency shaper" and got["steeper"][1] in ("faster", "mixed")
+    # a null names what it could have detected: in A, in pass rate, and in compute to 50% / 90%
+    effects = verdicts["identical"].effects
+    reach = " / ".join(f"x{math.exp(effects[key].mde):.2f}" for key in ("reach_50", "reach_90"))
+    assert verdicts["identical"].reason.endswith(f"compute {reach}")
 
 
 def test_a_curve_below_the_base_everywhere_needs_more_compute_to_every_level(three_seeds):

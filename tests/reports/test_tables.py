@@ -316,3 +316,22 @@ def test_the_sweeps_verdict_margins_reach_the_verdicts(tmp_path):
         == ("efficiency shaper", "slower")
     assert "never reached" in strict.loc["precision=fp32_head=false", "reason"]
     assert "clear of +-1 in A and beyond x100.00 in compute" in evidence_note(strict.reset_index())
+
+
+def test_the_table_gives_the_compute_to_reach_mde_of_every_variant(sweep_fits):
+    from reports.tables import evidence_cells
+
+    table = sweep_fits.table.set_index("variant")
+    header, rows = evidence_cells(sweep_fits.table)
+    column = header.index("MDE compute 50% / 90%")
+    shown = {}
+    for row in rows:
+        effects = sweep_fits.comparison.variants[row[0]].effects
+        mdes = [effects[f"reach_{level}"].mde for level in (50, 90)]
+        # the margin (budget.min_compute_ratio) plus the detectable amount; NaN where a curve never reaches the level
+        assert all(m > math.log(sweep_fits.table.attrs["min_compute_ratio"]) for m in mdes if not math.isnan(m))
+        assert table.loc[row[0], ["MDE_reach_50", "MDE_reach_90"]].tolist() == pytest.approx(mdes, nan_ok=True)
+        shown[row[0]] = row[column]
+    mde = sweep_fits.comparison.variants["loss=dapo"].effects
+    assert shown["loss=dapo"] == f"x{math.exp(mde['reach_50'].mde):.2f} / x{math.exp(mde['reach_90'].mde):.2f}"
+    assert shown["precision=fp32_head=false"].endswith(" / -")  # it never reaches 90% of the base's gain
