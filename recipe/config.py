@@ -45,7 +45,7 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "optimizer.gradient_checkpointing": False, "engine.vllm_server_url": "http://localhost:8000",
                    "engine.vllm_server_devices": 0, "rollout.decode_token_budget": 0, "eval.decode_token_budget": 0,
                    "rollout.generator": "torch", "rollout.vllm_cpu_kv_cache_gib": 1,
-                   "rollout.vllm_gpu_memory_utilization": 0.3}
+                   "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -117,7 +117,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
        ("hidden_size", "intermediate_size", "num_layers", "num_heads", "max_positions")},
     "warm_start.steps": (0, math.inf, True), "warm_start.batch_size": (1, math.inf, True),
     "warm_start.lr": (0, math.inf, False), "warm_start.teacher_correct_prob": (0, 1, True),
-    "warm_start.interrupted_frac": (0, 1, True),
+    "warm_start.interrupted_frac": (0, 1, True), "warm_start.terse_frac": (0, 1, True),
     "task.train_size": (1, math.inf, True), "task.validation_size": (1, math.inf, True),
     "task.min_digits": (1, math.inf, True), "task.max_digits": (1, math.inf, True),
     # A group of one sample has no spread, so no advantage: G >= 2.

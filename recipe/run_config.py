@@ -43,6 +43,10 @@ class WarmStartConfig:
     teacher_correct_prob: float = 0.1
     # Fraction of targets cut mid-thinking by the interruption phrase, so the model knows how to answer after it.
     interrupted_frac: float = 0.05
+    # Fraction of targets whose trace is terse: one digit a column (the column sum's units digit; the
+    # carry left implicit) instead of two. The model then holds both styles and RL chooses how long to
+    # think: the terse trace is half as long and, with its carries unwritten, harder to get right.
+    terse_frac: float = 0.0
     seed: int = 0
     cache_dir: Optional[str] = None
     # Use the warm start shipped with the package (recipe/warm_starts/<key>/) when one has this

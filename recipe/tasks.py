@@ -78,10 +78,14 @@ def read_answer(sums: list[int]) -> str:
     return ("1" + digits) if sums[-1] >= 10 else digits
 
 
-def solution(a: int, b: int, carry: bool = True) -> tuple[str, str]:
-    """(thinking trace, answer) of a + b by the column method, with or without carrying."""
+def solution(a: int, b: int, carry: bool = True, terse: bool = False) -> tuple[str, str]:
+    """(thinking trace, answer) of a + b by the column method, with or without carrying.
+
+    The trace lists each column sum as two digits (its tens digit is the carry out), or, terse, as its units
+    digit alone (the carry left implicit): 0385+0047 gives "121304" or "234", both with the answer 432."""
     sums = column_sums(a, b, carry)
-    return "".join(f"{s:02d}" for s in sums), read_answer(sums)
+    trace = "".join(str(s % 10) for s in sums) if terse else "".join(f"{s:02d}" for s in sums)
+    return trace, read_answer(sums)
 
 
 def addition_prompt(a: int, b: int, width: int) -> str:

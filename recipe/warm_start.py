@@ -45,6 +45,8 @@ WAIT_POLL_SECONDS = 1.0
 SHIPPED_DIR = Path(__file__).resolve().parent / "warm_starts"
 # WarmStartConfig fields that do not determine the weights.
 NOT_IN_KEY = ("cache_dir", "use_shipped")
+# Fields added after warm starts were built and shipped, and the value at which a build is the one before.
+KEY_UNCHANGED_AT = {"terse_frac": 0.0}
 
 
 def cache_root(cfg: WarmStartConfig) -> Path:
@@ -61,7 +63,8 @@ def warm_start_key(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: 
     data = {
         "version": WARM_START_VERSION,
         "model": {k: v for k, v in dataclasses.asdict(model_cfg).items() if k not in ("path", "dtype")},
-        "warm_start": {k: v for k, v in dataclasses.asdict(warm_cfg).items() if k not in NOT_IN_KEY},
+        "warm_start": {k: v for k, v in dataclasses.asdict(warm_cfg).items()
+                       if k not in NOT_IN_KEY and not (k in KEY_UNCHANGED_AT and v == KEY_UNCHANGED_AT[k])},
         "digits": [task_cfg.min_digits, task_cfg.max_digits],
         "interruption_phrase": INTERRUPTION_PHRASE,
     }
@@ -71,7 +74,10 @@ def warm_start_key(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: 
 def teacher_example(rng: random.Random, cfg: WarmStartConfig, task_cfg: TaskConfig) -> tuple[str, str]:
     """(prompt, response) of one supervised target: right or carry-forgetting method, maybe interrupted."""
     a, b = sample_operands(rng, task_cfg.min_digits, task_cfg.max_digits)
-    trace, answer = solution(a, b, carry=rng.random() < cfg.teacher_correct_prob)
+    carry = rng.random() < cfg.teacher_correct_prob
+    # Drawn only when terse traces are asked for: at terse_frac 0 the stream (and the build) is the one before.
+    terse = cfg.terse_frac > 0 and rng.random() < cfg.terse_frac
+    trace, answer = solution(a, b, carry=carry, terse=terse)
     if rng.random() < cfg.interrupted_frac:
         trace = trace[: rng.randrange(len(trace))] + INTERRUPTION_PHRASE[: -len(THINK_CLOSE)]
     return addition_prompt(a, b, task_cfg.max_digits), f"{trace}{THINK_CLOSE}{answer}"

@@ -25,6 +25,10 @@ def test_solution_with_and_without_carry():
     assert solution(385, 47, carry=False) == ("121203", "322")
     # A final carry becomes the leading digit: 95 + 7: 5+7 = 12, 9+0+1 = 10 -> "1" + "02".
     assert solution(95, 7) == ("1210", "102")
+    # Terse: each column's units digit alone, the carries implicit; the same answers.
+    assert solution(385, 47, terse=True) == ("234", "432")
+    assert solution(385, 47, carry=False, terse=True) == ("223", "322")
+    assert solution(95, 7, terse=True) == ("20", "102")
 
 
 def test_every_problem_has_a_carry_and_matches_python_addition():

@@ -6,7 +6,7 @@ import dataclasses
 import random
 
 from recipe.run_config import ModelConfig, TaskConfig, WarmStartConfig
-from recipe.tasks import solution
+from recipe.tasks import sample_operands, solution
 from recipe.warm_start import teacher_example, warm_start_dir, warm_start_key
 
 SMALL_MODEL = ModelConfig(hidden_size=16, intermediate_size=32, num_layers=1, num_heads=2, max_positions=32)
@@ -23,6 +23,29 @@ def test_teacher_is_right_with_the_configured_probability():
         assert response in (f"{t}</think>{s}" for t, s in (solution(a, b), solution(a, b, carry=False)))
         right += response.endswith(f"</think>{a + b}")
     assert abs(right / 2000 - 0.3) < 0.04  # binomial sd ~0.01
+
+
+def test_terse_traces_come_with_the_configured_probability_and_the_default_stream_is_unchanged():
+    cfg = WarmStartConfig(teacher_correct_prob=0.5, interrupted_frac=0.0, terse_frac=0.25)
+    rng, terse = random.Random(0), 0
+    for _ in range(2000):
+        prompt, response = teacher_example(rng, cfg, TASK)
+        a, b = (int(x) for x in prompt.removesuffix("=<think>").split("+"))
+        styles = {f"{t}</think>{s}": style for carry in (True, False) for style, (t, s) in
+                  (("long", solution(a, b, carry)), ("terse", solution(a, b, carry, terse=True)))}
+        terse += styles[response] == "terse"  # a KeyError here: a target in neither style
+    assert abs(terse / 2000 - 0.25) < 0.04  # binomial sd ~0.01
+    # terse_frac 0 draws nothing more: the targets, and so the shipped build and its key, are the ones before it.
+    plain = WarmStartConfig()
+    old_rng, new_rng = random.Random(3), random.Random(3)
+    for _ in range(50):
+        a, b = sample_operands(old_rng, TASK.min_digits, TASK.max_digits)
+        trace, answer = solution(a, b, carry=old_rng.random() < plain.teacher_correct_prob)
+        if old_rng.random() < plain.interrupted_frac:
+            old_rng.randrange(len(trace))
+        assert teacher_example(new_rng, plain, TASK)[1].endswith(f"</think>{answer}")
+    # another build at terse_frac > 0; at 0 the key is the shipped one (test_the_shipped_warm_start_is_...)
+    assert warm_start_key(SMALL_MODEL, plain, TASK) != warm_start_key(SMALL_MODEL, cfg, TASK)
 
 
 def test_interrupted_targets_use_the_phrase_then_answer():
