@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 
 from components.length_control import INTERRUPTION_PHRASE
+from recipe.config import ID_UNCHANGED_AT
 from recipe.run_config import ModelConfig, TaskConfig, WarmStartConfig
 from recipe.tasks import THINK_CLOSE, sample_operands, addition_prompt, solution
 from recipe.tracking import write_json_atomic
@@ -45,8 +46,10 @@ WAIT_POLL_SECONDS = 1.0
 SHIPPED_DIR = Path(__file__).resolve().parent / "warm_starts"
 # WarmStartConfig fields that do not determine the weights.
 NOT_IN_KEY = ("cache_dir", "use_shipped")
-# Fields added after warm starts were built and shipped, and the value at which a build is the one before.
-KEY_UNCHANGED_AT = {"terse_frac": 0.0}
+# Fields added after warm starts were built and shipped, and the value at which a build is the one before:
+# the warm_start section's share of the run id's rule for keys added later (recipe.config.ID_UNCHANGED_AT).
+KEY_UNCHANGED_AT = {key.removeprefix("warm_start."): value for key, value in ID_UNCHANGED_AT.items()
+                    if key.startswith("warm_start.")}
 
 
 def cache_root(cfg: WarmStartConfig) -> Path:
