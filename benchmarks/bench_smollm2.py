@@ -64,9 +64,8 @@ def mismatch_one_head(options, fp32_head: bool) -> dict:
     from recipe.config import load_recipe
     from recipe.generator import TorchGenerator
     from recipe.model import load_model_dir
-    from recipe.run import model_directory, select_rows
+    from recipe.run import model_directory
     from recipe.tasks import build_task
-    from recipe.trainer import sequence_logprobs
 
     torch.set_num_threads(options.threads)
     cfg = load_recipe(None, ["model.path=smollm2-135m-instruct", "model.dtype=bfloat16", "task.name=word_problems",
@@ -93,30 +92,43 @@ def mismatch_one_head(options, fp32_head: bool) -> dict:
                                      temperature=options.temperature, torch_rng=torch.Generator().manual_seed(0),
                                      numpy_rng=np.random.default_rng(0), policy_version=0)
         seconds = time.perf_counter() - started
-        # As the trainer computes them: a minibatch at a time (PPO-off-policy-k trains the rollout in k
-        # minibatches), each cut to its own width by recipe.run.select_rows (prompt columns that are padding in
-        # all its rows go: bf16 rounds a narrower shape differently), in train mode with autograd, at the
-        # sampling temperature.
-        model.train()
-        gaps = []
-        rows_per_minibatch = len(prompts) // options.minibatches
-        for start in range(0, len(prompts), rows_per_minibatch):
-            part = select_rows(rollout, torch.arange(start, start + rows_per_minibatch))
-            trainer, _ = sequence_logprobs(model, precision, part.input_ids, part.attention_mask, part.prompt_width,
-                                           options.temperature, with_entropy=True)
-            gaps.append((trainer.detach() - part.old_logprobs)[part.loss_mask].float())
-        model.eval()
-        gap = torch.cat(gaps)
-        ratio = gap.exp()
+        gap = trainer_gap(model, precision, rollout, len(prompts) // options.minibatches, options.temperature)
         label = f"{name}, {'fp32' if fp32_head else 'bf16'} head"
-        results[label] = {
-            "tokens": int(gap.numel()), "seconds": seconds, "gap_mean": float(gap.abs().mean()),
-            "gap_p99": float(gap.abs().quantile(0.99)), "gap_max": float(gap.abs().max()),
-            "ratio_sd": float(ratio.std()), "ratio_min": float(ratio.min()), "ratio_max": float(ratio.max())}
+        results[label] = {"seconds": seconds, **gap_summary(gap)}
         print(label, results[label], file=sys.stderr)
         if name == "vllm":
             generator.close()
     return results
+
+
+def trainer_gap(model, precision, rollout, rows_per_minibatch: int, temperature: float):
+    """trainer - behaviour logprob of every sampled token, as the trainer computes it: a minibatch at a time
+    (PPO-off-policy-k trains a rollout in k minibatches), each cut to its own width by recipe.run.select_rows
+    (prompt columns that are padding in all its rows go: bf16 rounds a narrower shape differently), in train
+    mode with autograd, at the sampling temperature."""
+    import torch
+
+    from recipe.run import select_rows
+    from recipe.trainer import sequence_logprobs
+
+    model.train()
+    gaps = []
+    rows = rollout.input_ids.shape[0]
+    for start in range(0, rows, rows_per_minibatch):
+        part = select_rows(rollout, torch.arange(start, min(start + rows_per_minibatch, rows)))
+        trainer, _ = sequence_logprobs(model, precision, part.input_ids, part.attention_mask, part.prompt_width,
+                                       temperature, with_entropy=True)
+        gaps.append((trainer.detach() - part.old_logprobs)[part.loss_mask].float())
+    model.eval()
+    return torch.cat(gaps)
+
+
+def gap_summary(gap) -> dict:
+    """|gap| mean, p99 and max over the tokens, and the importance ratio exp(gap)'s sd and range."""
+    ratio = gap.exp()
+    return {"tokens": int(gap.numel()), "gap_mean": float(gap.abs().mean()),
+            "gap_p99": float(gap.abs().quantile(0.99)), "gap_max": float(gap.abs().max()),
+            "ratio_sd": float(ratio.std()), "ratio_min": float(ratio.min()), "ratio_max": float(ratio.max())}
 
 
 def learn(options) -> dict:

@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 OUT = REPO / "benchmarks" / "out"
 
 from benchmarks.bench_generators import load, machine  # noqa: E402
+from benchmarks.bench_smollm2 import gap_summary, trainer_gap  # noqa: E402
 
 CASES = {"fp32 body": ("float32", "float32"), "bf16 body": ("bfloat16", "bfloat16"),
          "bf16 generator": ("bfloat16", "float32")}  # name -> (generator's compute dtype, trainer's)
@@ -41,9 +42,8 @@ def mismatch(options) -> dict:
     from recipe.config import load_recipe
     from recipe.generator import TorchGenerator
     from recipe.model import load_model_dir
-    from recipe.run import model_directory, select_rows
+    from recipe.run import model_directory
     from recipe.tasks import build_task
-    from recipe.trainer import sequence_logprobs
 
     torch.set_num_threads(options.threads)
     cfg = load_recipe(None, [])
@@ -61,20 +61,10 @@ def mismatch(options) -> dict:
                 temperature=cfg.rollout.temperature, torch_rng=torch.Generator().manual_seed(0),
                 numpy_rng=np.random.default_rng(0), policy_version=0)
             model.scalerl_compute_dtype = getattr(torch, trainer_dtype)
-            model.train()
-            gaps = []
-            rows = cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt  # one PPO minibatch
-            for start in range(0, len(prompts), rows):
-                part = select_rows(rollout, torch.arange(start, min(start + rows, len(prompts))))
-                trainer, _ = sequence_logprobs(model, precision, part.input_ids, part.attention_mask,
-                                               part.prompt_width, cfg.rollout.temperature, with_entropy=True)
-                gaps.append((trainer.detach() - part.old_logprobs)[part.loss_mask].float())
-            model.eval()
-            gap = torch.cat(gaps)
+            minibatch = cfg.rollout.prompts_per_batch * cfg.rollout.samples_per_prompt  # one PPO minibatch
+            gap = trainer_gap(model, precision, rollout, minibatch, cfg.rollout.temperature)
             label = f"{case}, {'fp32' if fp32_head else 'bf16'} head"
-            results[label] = {"tokens": int(gap.numel()), "gap_mean": float(gap.abs().mean()),
-                              "gap_p99": float(gap.abs().quantile(0.99)), "gap_max": float(gap.abs().max()),
-                              "ratio_sd": float(gap.exp().std())}
+            results[label] = gap_summary(gap)
             print(label, results[label], file=sys.stderr)
     model.scalerl_compute_dtype = torch.float32
     return results
