@@ -4,11 +4,10 @@
 
 Each protocol refits the sweep's own runs with some of: the compute axis (unit=flops | device_seconds | ...),
 the fit window and target (fit_at=, target=, in that unit), the seeds used (seeds=0/1), every k-th evaluation
-point kept (every=k; the step-0 point and the last are always kept), a per-point evaluation cost taken out
-(none here: the points are what they are), and the verdict margins (ratio= for budget.min_compute_ratio,
-shift= for budget.min_a_shift). Per protocol and variant: the MDE in A, in the pass rate at the target and in the
-compute to reach 50% / 90% of the base's gain (as ratios), and the verdict; then the largest MDEs over the axes,
-the numbers issue 52's acceptance names (<= 0.08 in A, <= x1.25 in compute).
+point kept (every=k; the step-0 point and the last are always kept), and the verdict margins (ratio= for
+budget.min_compute_ratio, shift= for budget.min_a_shift). Per protocol and variant: the MDE in A, in the pass
+rate at the target and in the compute to reach 50% / 90% of the base's gain (as ratios), and the verdict; then
+the largest MDEs over the axes, the numbers issue 52's acceptance names (<= 0.08 in A, <= x1.25 in compute).
 
     --protocol 'flops:unit=flops,fit_at=5e12,target=1e13,ratio=1.0'
     --protocol 'two-seeds:seeds=0/1'  --protocol 'sparse:every=2'
