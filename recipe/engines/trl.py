@@ -762,6 +762,17 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
     return read_metrics(run_dir)
 
 
+def launch_environment(num_processes: int) -> dict[str, str]:
+    """The launched processes' environment: this one's, the flag that they are launched, and OMP_NUM_THREADS.
+
+    Unset, accelerate would guess each process's CPU threads itself, and the job's compute (devices_held: the
+    processes x their threads on CPU) would depend on that guess; so they share this process's torch threads
+    (at least one each) unless OMP_NUM_THREADS says otherwise. GPU processes ignore it for their compute."""
+    env = {**os.environ, LAUNCHED_ENV: "1"}
+    env.setdefault("OMP_NUM_THREADS", str(max(1, torch.get_num_threads() // num_processes)))
+    return env
+
+
 def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict], None] | None) -> list[dict]:
     """Run the job under `accelerate launch` (one process per GPU); config.yaml carries the recipe to them.
 
@@ -781,7 +792,7 @@ def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict],
         # The flag, not accelerate's variables (which its single-process launcher does not set), tells the
         # started processes not to launch again.
         process = subprocess.Popen(command, start_new_session=True, stdout=log, stderr=subprocess.STDOUT,
-                                   env={**os.environ, LAUNCHED_ENV: "1"})
+                                   env=launch_environment(cfg.engine.num_processes))
     try:
         while True:
             finished = process.poll() is not None

@@ -197,6 +197,20 @@ def test_the_readme_support_table_is_the_one_the_code_enforces():
     assert support_table() in readme
 
 
+def test_launched_processes_share_this_processs_threads_unless_omp_num_threads_is_set(monkeypatch):
+    """Their CPU threads are the job's compute on CPU, so accelerate's own guess must not decide them."""
+    import torch
+
+    from recipe.engines.trl import launch_environment
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    assert launch_environment(1)["OMP_NUM_THREADS"] == "4" and launch_environment(2)["OMP_NUM_THREADS"] == "2"
+    assert launch_environment(8)["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert launch_environment(2)["OMP_NUM_THREADS"] == "3"
+
+
 def test_a_sharded_job_trains_evaluates_and_saves_sharded_checkpoints(tiny_overrides, tmp_path, monkeypatch):
     """engine.sharding fsdp through the job's real launch path (launch_processes: accelerate launch, FSDP2,
     TRL, our evaluation of the sharded model, TRL's sharded checkpoint). accelerate shards on GPUs only, so
@@ -206,6 +220,7 @@ def test_a_sharded_job_trains_evaluates_and_saves_sharded_checkpoints(tiny_overr
     repo = Path(__file__).resolve().parents[2]
     monkeypatch.setenv("FORCE_CPU_FSDP", "1")
     monkeypatch.setenv("PYTHONPATH", f"{repo / 'tests' / 'recipe' / 'cpu_fsdp'}{os.pathsep}{repo}")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # one process of one thread: the job holds one CPU core
     cfg = load_recipe(None, [*tiny_overrides(run_steps=4), *TRL_BASE, "model.dtype=bfloat16", "engine.sharding=fsdp",
                              "optimizer.gradient_checkpointing=true"])
     seen = []
