@@ -45,7 +45,7 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "optimizer.gradient_checkpointing": False, "engine.vllm_server_url": "http://localhost:8000",
                    "engine.vllm_server_devices": 0, "rollout.decode_token_budget": 0, "eval.decode_token_budget": 0,
                    "rollout.generator": "torch", "rollout.vllm_cpu_kv_cache_gib": 1,
-                   "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0}
+                   "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0, "eval.min_gap_steps": 1}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -130,6 +130,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "optimizer.beta1": (0, 1, True), "optimizer.beta2": (0, 1, True), "optimizer.grad_clip": (0, math.inf, False),
     "optimizer.micro_batch_size": (0, math.inf, True), "optimizer.micro_batch_tokens": (0, math.inf, True),
     "eval.every_steps": (1, math.inf, True), "eval.points_per_doubling": (0, math.inf, True),
+    "eval.min_gap_steps": (1, math.inf, True),
     "eval.num_prompts": (1, math.inf, True),
     "eval.samples_per_prompt": (1, math.inf, True), "eval.batch_size": (1, math.inf, True),
     "eval.decode_token_budget": (0, math.inf, True),
@@ -165,6 +166,9 @@ def check_ranges(data: Mapping[str, Any]) -> None:
             bounded = f"in [{low:g}, {high:g}]" if low_allowed else f"in ({low:g}, {high:g}]"
             expected = lower if high == math.inf else bounded
             raise ConfigError(f"{path}: got {value!r}, expected {expected}")
+    if flat.get("eval.min_gap_steps", 1) > flat.get("eval.every_steps", math.inf):
+        raise ConfigError(f"eval.min_gap_steps: got {flat['eval.min_gap_steps']!r}, expected <= eval.every_steps "
+                          f"({flat['eval.every_steps']!r}), the largest gap")
     if flat.get("task.max_digits", 1) < flat.get("task.min_digits", 1):
         raise ConfigError(f"task.max_digits: got {flat['task.max_digits']!r}, expected >= task.min_digits "
                           f"({flat['task.min_digits']!r})")

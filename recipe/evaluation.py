@@ -21,20 +21,23 @@ from recipe.generator import Rollout, decode_responses
 from recipe.run_config import EVAL_DRAWS
 
 
-def evaluation_steps(every_steps: int, points_per_doubling: int, max_steps: int) -> frozenset[int]:
-    """The steps at which a run evaluates: 0, then s_{i+1} = s_i + clip(floor(s_i (2^(1/n) - 1)), 1, every_steps).
+def evaluation_steps(every_steps: int, points_per_doubling: int, max_steps: int,
+                     min_gap_steps: int = 1) -> frozenset[int]:
+    """The steps at which a run evaluates: 0, then s_{i+1} = s_i + clip(floor(s_i (2^(1/n) - 1)), g, every_steps)
+    with g = min_gap_steps.
 
     With n = points_per_doubling the points are spaced evenly in log steps (n per doubling) until
     the gap reaches every_steps, then every every_steps steps: e.g. n 3, every 20: 0 1 2 ... 8 10 12
-    15 18 22 27 34 42 52 65 81 101 121 ... (23 points by step 150). n = 0: every every_steps steps.
-    max_steps is always an evaluation point (the run's end).
+    15 18 22 27 34 42 52 65 81 101 121 ... (23 points by step 150). The smallest gap g thins the first
+    steps, where log spacing would evaluate every step: n 2, g 5, every 40: 0 5 10 15 21 29 41 57 80 113
+    153 193 ... n = 0: every every_steps steps. max_steps is always an evaluation point (the run's end).
     """
     if points_per_doubling == 0:
         return frozenset([*range(0, max_steps + 1, every_steps), max_steps])
     growth = 2 ** (1 / points_per_doubling) - 1
     steps, step = [0], 0
     while step < max_steps:
-        step += max(1, min(every_steps, math.floor(step * growth)))
+        step += max(min_gap_steps, min(every_steps, math.floor(step * growth)))
         steps.append(min(step, max_steps))
     return frozenset(steps)
 

@@ -405,7 +405,8 @@ class Run:
         self.rngs = {"torch": torch.Generator(device=device).manual_seed(cfg.seed),
                      "numpy": np.random.default_rng(cfg.seed)}
         self.eval_kwargs = evaluation_kwargs(cfg, self.c)
-        self.eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
+        self.eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps,
+                                           cfg.eval.min_gap_steps)
         self.step = self.last_checkpoint = 0
         self.last_checkpoint_time = time.monotonic()
         self.extra: dict = {}

@@ -129,10 +129,12 @@ class EvalConfig:
     # Validation pass rate mean@samples_per_prompt (temperature sampling) and greedy pass@1, on the
     # first num_prompts validation prompts. When: recipe.evaluation.evaluation_steps. Spaced evenly in
     # log steps (points_per_doubling points per doubling of the step count; the fit works in log
-    # compute, so early points are as informative as late ones), the gap never above every_steps;
-    # points_per_doubling 0: every every_steps steps.
+    # compute, so early points are as informative as late ones), the gap never above every_steps and
+    # never below min_gap_steps (above 1 it drops the first steps' points, each one evaluation of a
+    # sliver of compute the fit weighs little); points_per_doubling 0: every every_steps steps.
     every_steps: int = 20
     points_per_doubling: int = 3
+    min_gap_steps: int = 1
     num_prompts: int = 128
     samples_per_prompt: int = 4
     greedy: bool = True

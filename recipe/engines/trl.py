@@ -622,7 +622,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
     tracker = None
     if main:
         tracker = Tracker(run_dir, cfg.tracking, to_dict(cfg), run_id(cfg), None if resume_from is None else step0)
-    eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps)
+    eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps,
+                                  cfg.eval.min_gap_steps)
     eval_kwargs = evaluation_kwargs(cfg, components)
     k = cfg.off_policy["k"]
     sharded = cfg.engine.sharding != "none"

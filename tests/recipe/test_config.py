@@ -64,6 +64,9 @@ def test_switching_a_component_takes_its_defaults_and_tuning_keeps_it(tmp_path):
     ("precision: {fp32_head: 'no'}\n", r"precision\.fp32_head: got 'no' \(str\), expected bool"),
     ("loss: {eps_max: -1}\n", r"loss\.eps_max: got -1, expected > 0"),
     ("optimizer: 3\n", r"optimizer: got 3 \(int\), expected a mapping"),
+    ("eval: {min_gap_steps: 0}\n", r"eval\.min_gap_steps: got 0, expected >= 1"),
+    ("eval: {min_gap_steps: 30, every_steps: 20}\n",
+     r"eval\.min_gap_steps: got 30, expected <= eval\.every_steps \(20\), the largest gap"),
     ("loss: [cispo]\n", r"loss: got \['cispo'\] \(list\), expected a component name"),
     ("loss: {name: [\n", r"not valid YAML"),
 ])
