@@ -7,7 +7,9 @@ the fit window and target (fit_at=, target=, in that unit), the seeds used (seed
 point kept (every=k; the step-0 point and the last are always kept), and the verdict margins (ratio= for
 budget.min_compute_ratio, shift= for budget.min_a_shift). Per protocol and variant: the MDE in A, in the pass
 rate at the target and in the compute to reach 50% / 90% of the base's gain (as ratios), and the verdict; then
-the largest MDEs over the axes, the numbers issue 52's acceptance names (<= 0.08 in A, <= x1.25 in compute).
+the largest MDEs over the axes, the numbers issue 52's acceptance names (<= 0.08 in A, <= x1.25 in compute); and
+the sd of one seed's paired difference in A beside what the evaluation's sampling noise alone gives it
+(evaluation_noise_in_a: each run's fit redrawn with the standard error its evaluations logged).
 
     --protocol 'flops:unit=flops,fit_at=5e12,target=1e13,ratio=1.0'
     --protocol 'two-seeds:seeds=0/1'  --protocol 'sparse:every=2'
@@ -43,11 +45,12 @@ def parse_protocol(text: str) -> tuple[str, dict]:
     return name or "as run", settings
 
 
-def refit(sweep_dir: Path, settings: dict, n_boot: int) -> dict:
+def refit(sweep_dir: Path, settings: dict, n_boot: int, draws: int) -> dict:
     """The sweep's table under one protocol: per variant its MDEs (A, pass rate, compute ratios) and verdict."""
     import pandas as pd
 
     from reports import schema
+    from reports.power import sweep_noise
     from reports.sweep_data import build_frames, load_sweep, read_metrics_file
     from reports.tables import fit_sweep, verdict_text
 
@@ -82,6 +85,8 @@ def refit(sweep_dir: Path, settings: dict, n_boot: int) -> dict:
             kept.append(rows.iloc[index])
         data.evals = pd.concat(kept).reset_index(drop=True)
     fits = fit_sweep(data, n_boot=n_boot)
+    paired_sd_a = sweep_noise(fits).quantities["A"].s
+    eval_sd_a = evaluation_noise_in_a(data.evals, budget.fit_at, draws) if draws else math.nan
     table = fits.table.set_index("variant")
     variants = {}
     for name, row in table.iterrows():
@@ -98,9 +103,43 @@ def refit(sweep_dir: Path, settings: dict, n_boot: int) -> dict:
             "seeds": sorted(int(s) for s in data.runs["seed"].unique()),
             "points_per_run": [int(points.min()), int(points.max())],
             "base": {"A": float(base.fit.a), "C_mid": float(base.fit.c_mid)} if base else None,
+            "A_paired_sd": {"measured": _num(paired_sd_a), "evaluation_noise_alone": _num(eval_sd_a)},
             "variants": variants,
             "worst": {key: _max([v[key] for v in variants.values()])
                       for key in ("MDE_A", "MDE_pred", "MDE_ratio_50", "MDE_ratio_90")}}
+
+
+def evaluation_noise_in_a(evals, fit_at: float, draws: int, seed: int = 0) -> float:
+    """sqrt(2) x the median over runs of sd(A) when only the evaluation's sampling noise moves the curve.
+
+    A parametric bootstrap: per run, fit R(C) on [0, fit_at], redraw every point as the fit's value plus
+    N(0, pass_rate_se^2) (the standard error the evaluation logged; fresh draws at every point are independent),
+    refit, and take the sd of A over `draws` redraws. sqrt(2): a paired difference holds two runs.
+    """
+    import numpy as np
+
+    from fitting import FitInputError, fit_sigmoid, sigmoid_curve
+
+    rng = np.random.default_rng(seed)
+    sds = []
+    for _, rows in evals.groupby("run_id", sort=False):
+        rows = rows.sort_values("compute")
+        c, y, se = (rows[key].to_numpy(float) for key in ("compute", "pass_rate", "pass_rate_se"))
+        try:
+            fit = fit_sigmoid(c, y, fit_until=fit_at)
+        except FitInputError:
+            continue
+        mean = np.where(c > 0, sigmoid_curve(np.maximum(c, 1e-300), fit.a, fit.b, fit.c_mid, fit.r0), y)
+        values = []
+        for _ in range(draws):
+            redrawn = np.clip(mean + rng.standard_normal(len(c)) * se, 0.0, 1.0)
+            try:
+                values.append(fit_sigmoid(c, redrawn, fit_until=fit_at).a)
+            except FitInputError:
+                pass
+        if len(values) > 1:
+            sds.append(float(np.std(values, ddof=1)))
+    return math.sqrt(2) * float(np.median(sds)) if sds else math.nan
 
 
 def _num(value) -> float | None:
@@ -127,6 +166,9 @@ def show(name: str, result: dict) -> None:
         print(f"  {variant:<58} {_f(v['MDE_A'])} {_f(v['MDE_pred'], 8)} {_x(v['MDE_ratio_50'])} "
               f"{_x(v['MDE_ratio_90'])}  {v['verdict']}")
     w = result["worst"]
+    sd = result["A_paired_sd"]
+    print(f"  A: one seed's paired sd {_f(sd['measured']).strip()}; the evaluation's sampling noise alone "
+          f"{_f(sd['evaluation_noise_alone']).strip()}")
     print(f"  {'largest':<58} {_f(w['MDE_A'])} {_f(w['MDE_pred'], 8)} {_x(w['MDE_ratio_50'])} {_x(w['MDE_ratio_90'])}")
 
 
@@ -143,11 +185,13 @@ def main() -> None:
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--protocol", action="append", default=[], help="NAME:KEY=VALUE,... (see the docstring)")
     parser.add_argument("--n-boot", type=int, default=200)
+    parser.add_argument("--eval-draws", type=int, default=40,
+                        help="redraws per run for the evaluation-noise sd of A (0: skip)")
     options = parser.parse_args()
     protocols = [parse_protocol(p) for p in options.protocol] or [("as run", {})]
     results = {}
     for name, settings in protocols:
-        results[name] = {"settings": settings, **refit(options.sweep_dir, settings, options.n_boot)}
+        results[name] = {"settings": settings, **refit(options.sweep_dir, settings, options.n_boot, options.eval_draws)}
         show(name, results[name])
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "bench_power.json").write_text(json.dumps({"sweep": str(options.sweep_dir), "protocols": results},
