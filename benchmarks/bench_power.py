@@ -129,7 +129,7 @@ def evaluation_noise_in_a(evals, fit_at: float, draws: int, seed: int = 0) -> fl
             fit = fit_sigmoid(c, y, fit_until=fit_at)
         except FitInputError:
             continue
-        mean = np.where(c > 0, sigmoid_curve(np.maximum(c, 1e-300), fit.a, fit.b, fit.c_mid, fit.r0), y)
+        mean = sigmoid_curve(c, fit.a, fit.b, fit.c_mid, fit.r0)  # R(0) = R0, the step-0 point's own value
         values = []
         for _ in range(draws):
             redrawn = np.clip(mean + rng.standard_normal(len(c)) * se, 0.0, 1.0)
