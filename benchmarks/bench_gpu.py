@@ -200,18 +200,24 @@ def prompts(n_prompts: int, per_prompt: int) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- native
-def decode_bench(model, tokenizer, new_tokens: int, fp32_head: bool, peak: float) -> dict:
-    """64 rows sampled to `new_tokens` (a random model rarely samples <eos>): tokens/s and MFU of decoding."""
+def decode_bench(model, tokenizer, new_tokens: int, fp32_head: bool, peak: float, static: bool | None = None,
+                 keep: dict | None = None) -> dict:
+    """64 rows sampled to `new_tokens` (a random model rarely samples <eos>): tokens/s and MFU of decoding.
+    static: generate's static_decode (None: its default, CUDA graphs on a GPU); keep: gets the rollout."""
     control = REGISTRIES["length_control"].build({"name": "none"})
     batch = prompts(8, 8)
-    generate(model, tokenizer, batch[:8], precision=precision(fp32_head), length_control=control, max_new_tokens=4)
+    generate(model, tokenizer, batch[:8], precision=precision(fp32_head), length_control=control, max_new_tokens=4,
+             static_decode=static)
     free()
     sync()
     started = time.perf_counter()
     rollout = generate(model, tokenizer, batch, precision=precision(fp32_head), length_control=control,
-                       max_new_tokens=new_tokens, torch_rng=torch.Generator(device=device()).manual_seed(0))
+                       max_new_tokens=new_tokens, torch_rng=torch.Generator(device=device()).manual_seed(0),
+                       static_decode=static)
     sync()
     seconds = time.perf_counter() - started
+    if keep is not None:
+        keep["rollout"] = rollout
     tokens = int(rollout.lengths.sum())
     _, context = sequence_cost([rollout.prompt_width] * len(batch), rollout.lengths.tolist())
     flops = 2 * matmul_params(model) * tokens + 2 * model.config.num_hidden_layers * model.config.hidden_size * context
@@ -226,7 +232,8 @@ def logprob_gap(model, tokenizer, fp32_head: bool, new_tokens: int) -> dict:
     control = REGISTRIES["length_control"].build({"name": "none"})
     head = precision(fp32_head)
     rollout = generate(model, tokenizer, prompts(4, 8), precision=head, length_control=control,
-                       max_new_tokens=new_tokens, torch_rng=torch.Generator(device=device()).manual_seed(1))
+                       max_new_tokens=new_tokens, torch_rng=torch.Generator(device=device()).manual_seed(1),
+                       static_decode=True)
     with torch.no_grad():
         logprobs, _ = sequence_logprobs(model, head, rollout.input_ids, rollout.attention_mask, rollout.prompt_width)
     gap = (logprobs - rollout.old_logprobs)[rollout.loss_mask].abs()
@@ -350,6 +357,148 @@ def decode_and_gap(results: Results, model, tokenizer, lengths, peak: float) -> 
     results["logprob_gap"] = {("fp32_head" if on else "bf16_head"): logprob_gap(model, tokenizer, on, lengths[0])
                               for on in (True, False)}
     free()
+
+
+def same_samples(a: Rollout, b: Rollout) -> dict:
+    """How alike two rollouts of the same seed are: rows and tokens equal, logprob gap where both sampled."""
+    rows_equal = (a.response_ids == b.response_ids).all(dim=1) if a.response_ids.shape == b.response_ids.shape \
+        else torch.zeros(len(a.lengths), dtype=torch.bool)
+    T = min(a.response_ids.shape[1], b.response_ids.shape[1])
+    # A row's tokens agree up to its first difference (after it, the two decodes condition on other text).
+    agree = (a.response_ids[:, :T] == b.response_ids[:, :T]).long().cumprod(dim=1)
+    agree = agree * (torch.arange(T, device=agree.device) < a.lengths[:, None])
+    both = agree.bool() & a.loss_mask[:, :T] & b.loss_mask[:, :T]
+    gap = (a.old_logprobs[:, :T] - b.old_logprobs[:, :T])[both].abs()
+    return {"rows_equal": int(rows_equal.sum()), "rows": len(rows_equal),
+            "tokens_before_first_difference": int(agree.sum()), "tokens": int(a.lengths.sum()),
+            "logprob_gap_max": float(gap.max()) if gap.numel() else None,
+            "logprob_gap_mean": float(gap.mean()) if gap.numel() else None}
+
+
+def decode(tiny: bool) -> None:
+    """Decode with CUDA graphs (recipe/static_decode.py) against the eager loop, Qwen3-1.7B shape, 64 rows: tokens/s,
+    and the same samples (graphs vs the same static steps launched one by one: bitwise; vs the eager loop)."""
+    import recipe.static_decode
+    from recipe.run import configure_cuda
+
+    results = Results("decode")
+    if device() == "cuda":
+        configure_cuda()
+    torch.manual_seed(0)
+    results["card"] = card()
+    peak = results["card"]["bf16_peak_flops"] or 989e12
+    tokenizer = build_tokenizer()
+    shape, vocab = (TINY_SHAPE, 1000) if tiny else (QWEN3_1P7B, 151936)
+    model = qwen3(shape, vocab, tokenizer, max_positions=4096)
+    short, long = (16, 70) if tiny else (256, 1024)
+    kept_graphs, kept_eager = {}, {}
+
+    def measure(key, run):  # a failure is a finding: kept with its cause, and the other figures still run
+        try:
+            results[key] = run()
+        except Exception as error:  # noqa: BLE001
+            import traceback
+
+            results[key] = {"error": f"{type(error).__name__}: {error}"[:800],
+                            "where": traceback.format_exc()[-1500:]}
+        free()
+
+    # The eager loop's ms a step does not depend on the length (BENCHMARKS: 61.6 at 256 and 61.8 at 1,024 tokens),
+    # so it runs a quarter of the tokens; the graphs' samples are compared with it at that length.
+    quarter = short // 4
+    measure("graphs_quarter", lambda: decode_bench(model, tokenizer, quarter, True, peak, static=True,
+                                                   keep=kept_graphs))
+    measure("eager_quarter", lambda: decode_bench(model, tokenizer, quarter, True, peak, static=False,
+                                                  keep=kept_eager))
+    if kept_graphs and kept_eager:
+        results["graphs_vs_eager_loop"] = same_samples(kept_graphs["rollout"], kept_eager["rollout"])
+    measure("graphs_short", lambda: decode_bench(model, tokenizer, short, True, peak, static=True))
+    measure("graphs_short_bf16_head", lambda: decode_bench(model, tokenizer, short, False, peak, static=True))
+    measure("graphs_long", lambda: decode_bench(model, tokenizer, long, True, peak, static=True))
+    for graphs in (False, True):
+        recipe.static_decode.CUDA_GRAPHS = graphs
+        measure(f"profile_{'graphs' if graphs else 'launched'}", lambda: decode_profile(model, tokenizer, quarter // 2))
+    recipe.static_decode.CUDA_GRAPHS = True
+    measure("logprob_gap", lambda: {("fp32_head" if on else "bf16_head"): logprob_gap(model, tokenizer, on, short)
+                                    for on in (True, False)})
+
+
+def decode_profile(model, tokenizer, steps: int) -> dict:
+    """GPU time of the static decode steps (64 rows, fp32 head), kernel by kernel (torch.profiler): what a step
+    spends on the device, against its wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    control = REGISTRIES["length_control"].build({"name": "none"})
+    batch = prompts(8, 8)
+
+    def run():
+        return generate(model, tokenizer, batch, precision=precision(True), length_control=control,
+                        max_new_tokens=steps, torch_rng=torch.Generator(device=device()).manual_seed(0),
+                        static_decode=True)
+
+    run()
+    sync()
+    activities = [ProfilerActivity.CUDA] if device() == "cuda" else [ProfilerActivity.CPU]
+    started = time.perf_counter()
+    with profile(activities=activities) as prof:
+        run()
+        sync()
+    seconds = time.perf_counter() - started
+    events = ([e for e in prof.key_averages() if getattr(e, "self_device_time_total", 0) > 0]
+              or list(prof.key_averages()))
+    gpu_us = sum(getattr(e, "self_device_time_total", 0) for e in events)
+    top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True)[:20]
+    return {"steps": steps, "wall_ms_per_step_profiled": round(1e3 * seconds / steps, 2),
+            "gpu_ms_per_step": round(gpu_us / 1e3 / steps, 3),
+            "kernels_per_step": round(sum(e.count for e in events) / steps, 1),
+            "top": [[e.key[:90], round(getattr(e, "self_device_time_total", 0) / 1e3 / steps, 4),
+                     round(e.count / steps, 1)] for e in top]}
+
+
+# -------------------------------------------------------------------------------------------- base
+def base(tiny: bool) -> None:
+    """The ScaleRL base with PPO-off-policy-2 at a random Qwen3-0.6B shape (character vocabulary), 4 prompts x 8
+    samples, responses up to 160 tokens: the native engine, then trl, in this process, 6 steps each; the
+    seconds a step over steps 2-6 (the first steps hold start-up and, on CUDA, graph capture)."""
+    from recipe.config import load_recipe
+    from recipe.engines import train
+
+    results = Results("base")
+    model_dir = save_random_model(TINY_SHAPE if tiny else QWEN3_0P6B, WORK / ("base_model_tiny" if tiny else
+                                                                             "base_model"))
+    new_tokens = 32 if tiny else 160
+    # A random model never closes </think> nor answers right: the thinking budget is drawn up to
+    # new_tokens - 10 (the phrase's 2 tokens and 8 of answer after it), and every group's rewards tie, so
+    # batch_filter none keeps them all (the trainers then compute as much as they would with a spread).
+    overrides = [f"model.path={model_dir}", "model.dtype=bfloat16", "off_policy=ppo_off_policy", "off_policy.k=2",
+                 f"length_control.max_thinking={new_tokens - 10}", f"length_control.min_thinking={new_tokens // 2}",
+                 "batch_filter=none", "rollout.prompts_per_batch=4", "rollout.samples_per_prompt=8",
+                 f"rollout.max_new_tokens={new_tokens}", "optimizer.lr=1e-6", "optimizer.warmup_steps=1",
+                 "eval.every_steps=2", "eval.points_per_doubling=0", "eval.num_prompts=4", "eval.samples_per_prompt=2",
+                 "checkpoint.every_steps=1000", "tracking.mlflow=false", "task.train_size=512",
+                 "task.validation_size=32", "max_steps=6"]
+    runs = {}
+    for engine in ("native", "trl"):
+        cfg = load_recipe(None, [*overrides, f"engine.name={engine}"])
+        free()
+        started = time.perf_counter()
+        try:
+            records = train(cfg, WORK / f"base_{engine}", device=device())
+            status = "ok"
+        except Exception as error:  # noqa: BLE001 - the finding
+            records, status = [], f"{type(error).__name__}: {str(error)[-1500:]}"
+        by_step = {r["step"]: r for r in records}
+        wall = {step: r.get("compute/wall_seconds") for step, r in by_step.items()}
+        ok = wall.get(2) is not None and wall.get(6) is not None
+        runs[engine] = {"status": status, "seconds_total": round(time.perf_counter() - started, 1),
+                        "s_per_step": round((wall[6] - wall[2]) / 4, 3) if ok else None,
+                        "wall_by_step": wall,
+                        **{key: by_step.get(6, {}).get(key) for key in (
+                            "compute/generation_seconds", "compute/training_seconds", "rollout/len_mean",
+                            "train/grad_norm")}}
+        results["runs"] = runs
+    if runs["native"]["s_per_step"] and runs["trl"]["s_per_step"]:
+        results["trl_over_native"] = round(runs["trl"]["s_per_step"] / runs["native"]["s_per_step"], 2)
 
 
 # -------------------------------------------------------------------------------------------- pipeline
@@ -480,7 +629,7 @@ def trl(tiny: bool) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["native", "pipeline", "trl"])
+    parser.add_argument("part", choices=["native", "decode", "base", "pipeline", "trl"])
     parser.add_argument("--tiny", action="store_true", help="tiny shapes on any device: a logic check, not a figure")
     parser.add_argument("--skip-decode", action="store_true", help="native: the train step and length wall only "
                         "(writes native_train.json)")
@@ -489,7 +638,7 @@ def main() -> int:
     if args.part == "native":
         native(args.tiny, args.skip_decode)
     else:
-        {"pipeline": pipeline, "trl": trl}[args.part](args.tiny)
+        {"decode": decode, "base": base, "pipeline": pipeline, "trl": trl}[args.part](args.tiny)
     return 0
 
 

@@ -54,6 +54,7 @@ import torch
 
 from recipe.model import lm_parts
 from recipe.prefix_attention import SharedPrefixCache, shared_prefix_attention_on, supports_shared_prefix
+from recipe.sampling import pick_tokens
 from recipe.tasks import THINK_CLOSE
 
 
@@ -90,20 +91,6 @@ def decode_responses(tokenizer, rollout: Rollout) -> list[str]:
     for row, length in zip(rollout.response_ids.tolist(), rollout.lengths.tolist()):
         texts.append(tokenizer.decode(row[:length], skip_special_tokens=True))
     return texts
-
-
-def inverse_cdf_sample(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
-    """(A,) tokens: the first v with u * sum_w p_w < sum_{w <= v} p_w, p = exp(logp) of each row (A, V).
-
-    Sampling by the inverse CDF of one uniform per row and position (drawn up front, see generate)
-    gives the same distribution as torch.multinomial, and a row's draw does not depend on which
-    other rows are still decoding. Evaluation relies on it: every evaluation of a run reuses the same
-    uniforms (common random numbers), so a small policy change flips few answers and the curve's
-    points differ by the policy's change more than by sampling noise.
-    """
-    cdf = logp.float().exp().cumsum(dim=-1)
-    target = (uniform * cdf[:, -1])[:, None]  # scaled by the row's total: round-off never runs past it
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp_max(cdf.shape[-1] - 1)
 
 
 # Finished rows are dropped from the decode batch once they are this share of it: each drop copies
@@ -153,7 +140,7 @@ class RowState:
         """(B,) sampled tokens -> the (B,) tokens emitted (queued phrase tokens, <pad> once finished), and
         the (B,) mask of rows whose emitted token is their own sample."""
         forcing = self.phrase_at >= 0
-        if self.budgets is not None and bool(forcing.any()):
+        if self.budgets is not None:  # no test of forcing.any(): it would wait for the device at every token
             token = torch.where(forcing, self.phrase[self.phrase_at.clamp_min(0)], token)
         return token.masked_fill(self.finished, self.pad), ~self.finished & ~forcing
 
@@ -238,9 +225,9 @@ class DecodeBatch:
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Feed each active row its token (token (B,)); returns the next hidden states (A, D)."""
-        rows = self.active
+        rows = self.active if len(self.active) < self.B else slice(None)  # every row: no gather
         self.width += 1
-        with self.parts.autocast():
+        with self.parts.autocast(cache=False):
             if self.shared_prefix is None:
                 out = self.parts.body(input_ids=token[rows, None],
                                       attention_mask=self.attention_mask[rows, :self.width],
@@ -252,23 +239,6 @@ class DecodeBatch:
                                           use_cache=False, shared_prefix=self.shared_prefix)
         self.next_position += 1
         return out.last_hidden_state[:, -1]
-
-
-def pick_tokens(logits: torch.Tensor, temperature: float, greedy: bool | torch.Tensor,
-                uniform: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A,) tokens and their float32 logprobs under softmax(logits / temperature), logits (A, V).
-
-    greedy: True takes the argmax; an (A,) bool tensor takes it on its True rows and draws the others
-    (inverse_cdf_sample of `uniform` (A,)); False draws every row.
-    """
-    logp_all = torch.log_softmax(logits / temperature, dim=-1)
-    if isinstance(greedy, torch.Tensor):  # some rows greedy, the rest sampled: one batch for both
-        token = torch.where(greedy, logp_all.argmax(dim=-1), inverse_cdf_sample(logp_all, uniform))
-    elif greedy:
-        token = logp_all.argmax(dim=-1)
-    else:
-        token = inverse_cdf_sample(logp_all, uniform)
-    return token, logp_all.gather(-1, token[:, None]).squeeze(-1).float()
 
 
 def decode_parts(rows: int, row_tokens: int, token_budget: int) -> list[slice]:
@@ -283,7 +253,7 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
              temperature: float = 1.0, greedy: bool | torch.Tensor = False, torch_rng: torch.Generator | None = None,
              numpy_rng: np.random.Generator | None = None, policy_version: int = 0,
              on_decode_step: Callable[[], int] | None = None, shared_prefix_decoding: bool = True,
-             decode_token_budget: int = 0) -> Rollout:
+             decode_token_budget: int = 0, static_decode: bool | None = None) -> Rollout:
     """Sample one response per prompt (repeat prompts for G samples). Runs on the model's device.
 
     greedy: True takes the argmax token everywhere; a (B,) bool tensor takes it on its True rows
@@ -293,6 +263,9 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     decode in consecutive groups of that size, one after the other (0: all at once). Every row's
     uniforms and thinking budget are drawn up front for the whole call, so the samples are the same
     whatever the budget.
+    static_decode: step at static shapes with the host out of the loop (recipe/static_decode.py: CUDA graphs on
+    a GPU; the same steps without graphs on CPU); None: on CUDA wherever the shared-prefix attention serves
+    the model. The samples are the eager loop's to round-off.
     """
     device = next(model.parameters()).device
     # G samples of a prompt share its prefill: the body runs once per distinct prompt.
@@ -318,7 +291,8 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     # The interruption must be able to finish: phrase + answer after the largest budget.
     limit = max(max_new_tokens, RowState(B, budgets=budgets, **row_state).interrupted_width())
     # One uniform per row and position, drawn before decoding: row r's t-th token is decided by
-    # uniforms[r, t] whatever the other rows do (finished rows leave the batch; see inverse_cdf_sample).
+    # uniforms[r, t] whatever the other rows do (finished rows leave the batch; recipe.sampling's
+    # inverse_cdf_sample).
     uniforms = torch.rand(B, limit, generator=torch_rng, device=device)
     # What each step emits, by step (limit, B): a step writes one contiguous row. A group of rows that
     # finishes before another leaves <pad>, loss mask False and logprob 0 in the later steps.
@@ -329,16 +303,46 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     lengths = torch.zeros(B, dtype=torch.long, device=device)
     truncated = torch.zeros(B, dtype=torch.bool, device=device)
     interrupted = torch.zeros(B, dtype=torch.bool, device=device)
+    static = ((device.type == "cuda" if static_decode is None else static_decode) and shared_prefix_decoding
+              and supports_shared_prefix(model))
+    decoder = model
+    if static:  # the body's Linear weights cast to the compute dtype once per call, not at every token
+        from recipe.static_decode import compute_dtype_copy
+
+        copied, refresh = compute_dtype_copy(model)
+        if copied is not None:
+            decoder, loaded = copied, on_decode_step
+
+            def on_decode_step(loaded=loaded, last=[None]):  # noqa: B006 - the version last copied
+                version = loaded() if loaded is not None else policy_version
+                if version != last[0]:  # new weights (or the call's first): copy them
+                    refresh()
+                    last[0] = version
+                return version
     version = on_decode_step() if on_decode_step is not None else policy_version
     steps = 0
     for part in decode_parts(B, P + limit, decode_token_budget):
         used, local_prompt = torch.unique(row_prompt[part], return_inverse=True)
         rows = RowState(part.stop - part.start, budgets=None if budgets is None else budgets[part], **row_state)
-        batch = DecodeBatch(model, distinct_ids[used], distinct_mask[used], local_prompt,
+        batch = DecodeBatch(decoder, distinct_ids[used], distinct_mask[used], local_prompt,
                             shared_prefix_decoding=shared_prefix_decoding, limit=limit)
-        hidden, close_len = batch.hidden, rows.close.shape[0]
         part_greedy = greedy if greedy_rows is None else greedy_rows[part]
         part_uniforms = uniforms[part]
+        if static:
+            from recipe.static_decode import StaticDecode
+
+            decode = StaticDecode(batch, rows, precision=precision, temperature=temperature, greedy=part_greedy,
+                                  uniforms=part_uniforms, limit=limit, version=version, pad=tokenizer.pad_token_id)
+            part_steps = decode.run(on_decode_step)
+            emitted[:, part], loss_mask[:, part] = decode.emitted, decode.loss_mask
+            logprobs[:, part], versions[:, part] = decode.logprobs, decode.versions
+            version = decode.loaded  # the next group's prefill runs on the weights loaded last
+            steps = max(steps, part_steps)
+            lengths[part], interrupted[part] = rows.lengths, rows.interrupted
+            truncated[part] = rows.truncated | ~rows.finished
+            del batch, decode
+            continue
+        hidden, close_len = batch.hidden, rows.close.shape[0]
         for t in range(limit):
             # Decode: the active rows' next tokens, then widened to all of the group's rows.
             logits = precision.head_logits(hidden, batch.parts.head.weight, batch.parts.head.bias)  # (A, V)

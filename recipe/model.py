@@ -98,12 +98,17 @@ class LmParts:
     head: torch.nn.Linear
     compute_dtype: torch.dtype = torch.float32
 
-    def autocast(self):
-        """The context the body runs in: autocast to the compute dtype, or nothing for fp32."""
+    def autocast(self, cache: bool = True):
+        """The context the body runs in: autocast to the compute dtype, or nothing for fp32.
+
+        cache False: each weight is cast where it is used, never kept. A decode step uses each weight
+        once, so the cache saves nothing there, and a CUDA graph must not capture it (the cast weights
+        it keeps would outlive the capture; recipe/static_decode.py).
+        """
         if self.compute_dtype == torch.float32:
             return contextlib.nullcontext()
         device = next(self.body.parameters()).device
-        return torch.autocast(device_type=device.type, dtype=self.compute_dtype)
+        return torch.autocast(device_type=device.type, dtype=self.compute_dtype, cache_enabled=cache)
 
 
 def lm_parts(model) -> LmParts:

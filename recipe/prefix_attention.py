@@ -89,6 +89,31 @@ class SharedPrefixCache:
         self.response_values: list[torch.Tensor | None] = [None] * len(self.prompt_keys)
         self.packed: tuple[torch.Tensor, int] | None = None
         self._row_bias: torch.Tensor | None = None
+        # Static decoding (make_static): the step index on the device, the response positions each step
+        # reads, and which of them are after the step (masked).
+        self.step: torch.Tensor | None = None
+        self.view_length = 0
+        self.response_future: torch.Tensor | None = None
+
+    def make_static(self, step: torch.Tensor) -> None:
+        """Decode at static shapes, for recipe/static_decode.py's CUDA graphs: step (1,) is the response position
+        the next token's keys and values go to, a tensor on the device that the graph increments.
+
+        Each layer's buffers of `capacity` positions are allocated at its first step (in the dtype of what
+        the layer computes, as the eager loop keeps them), zero-filled (attention multiplies the masked
+        positions' values by exactly 0, never by uninitialised memory); a step writes its keys at `step`
+        and reads the first `view_length` positions (set_view), those after `step` masked.
+        """
+        self.step = step
+        self.preallocated = True
+        self.view_length = self.capacity
+
+    def set_view(self, length: int) -> None:
+        """Read the first `length` response positions in the coming step (at least step + 1): the mask of
+        those after the step is computed from the device's step index, so a graph captured with it replays
+        at any step below `length`."""
+        self.view_length = length
+        self.response_future = torch.arange(length, device=self.step.device) > self.step
 
     @property
     def row_bias(self) -> torch.Tensor:
@@ -158,6 +183,15 @@ class SharedPrefixCache:
         the response) and, on CPU, left glibc's heap growing. Otherwise by concatenation, as Hugging Face's
         DynamicCache does (PREALLOCATE_FROM_TOKENS says when each is used).
         """
+        if self.step is not None:  # static: written where the device's step index says, read through a fixed view
+            if self.response_keys[layer] is None:
+                A, heads_kv, _, D = key.shape
+                self.response_keys[layer] = key.new_zeros(A, heads_kv, self.capacity, D)
+                self.response_values[layer] = value.new_zeros(A, heads_kv, self.capacity, D)
+            self.response_keys[layer].index_copy_(2, self.step, key)
+            self.response_values[layer].index_copy_(2, self.step, value)
+            return (self.response_keys[layer][:, :, :self.view_length],
+                    self.response_values[layer][:, :, :self.view_length])
         filled = self.filled[layer]
         if self.capacity and filled >= self.capacity:
             raise ValueError(f"shared-prefix cache: layer {layer} already holds its capacity of {self.capacity} "
@@ -279,6 +313,8 @@ def two_part_attention(cache: SharedPrefixCache, layer: int, query, response_key
     if Q > 1:  # query i is response token T - Q + i: it sees response keys up to itself
         future = torch.ones(Q, T, dtype=torch.bool, device=query.device).triu(T - Q + 1)
         response_scores = response_scores.masked_fill(future, float("-inf"))
+    elif cache.response_future is not None:  # static decoding: the view's positions after this step
+        response_scores = response_scores.masked_fill(cache.response_future, float("-inf"))
     weights = torch.softmax(torch.cat([prompt_scores, response_scores], dim=-1).float(), dim=-1).to(query.dtype)
     P = prompt_scores.shape[-1]
     out = cache.ungrouped(cache.grouped(weights[..., :P], heads_kv) @ cache.prompt_values[layer], H, Q)

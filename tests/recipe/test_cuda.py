@@ -91,3 +91,38 @@ def test_the_trainers_memory_modes_give_the_same_gradients_on_cuda(tiny_model_di
     assert scale > 0
     for a, b in zip(expected, got):
         torch.testing.assert_close(b, a, atol=tolerance * scale, rtol=tolerance * 10)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_graph_decoding_replays_the_static_steps_exactly(tiny_model_dir, dtype, monkeypatch):
+    """Decode steps replayed as CUDA graphs (recipe/static_decode.py) are the same kernels as the static
+    steps launched one by one: the same tokens and bitwise the same logprobs; and the eager loop's
+    samples (fp32: the same tokens; bf16: the same tokens where the rows have not yet diverged)."""
+    import numpy as np
+
+    import recipe.static_decode
+    from recipe.generator import generate
+
+    model, tokenizer = load_model_dir(tiny_model_dir, dtype=dtype, device="cuda")
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    interruption = REGISTRIES["length_control"].build(
+        {"name": "interruption", "min_thinking": 2, "max_thinking": 5, "answer_budget": 3})
+    prompts = ["07+05=<think>", "7+5=<think>", "19+01=<think>", "123+9=<think>"] * 4
+    greedy = torch.arange(len(prompts), device="cuda") % 5 == 0
+    monkeypatch.setattr(recipe.static_decode, "FIRST_VIEW", 4)  # several views and graphs in 12 tokens
+
+    def run(**kwargs):
+        return generate(model, tokenizer, prompts, precision=precision, length_control=interruption,
+                        max_new_tokens=12, greedy=greedy, torch_rng=torch.Generator(device="cuda").manual_seed(7),
+                        numpy_rng=np.random.default_rng(7), **kwargs)
+
+    graphed = run(static_decode=True)
+    monkeypatch.setattr(recipe.static_decode, "CUDA_GRAPHS", False)
+    launched = run(static_decode=True)
+    eager = run(static_decode=False)
+    for key in ("input_ids", "loss_mask", "lengths", "truncated", "interrupted", "versions", "old_logprobs"):
+        assert torch.equal(getattr(graphed, key), getattr(launched, key)), key
+    if dtype == "float32":
+        assert torch.equal(graphed.input_ids, eager.input_ids)
+        assert (graphed.old_logprobs - eager.old_logprobs).abs().max() < 1e-4
+    assert graphed.interrupted.any()

@@ -183,7 +183,7 @@ def test_truncation_at_max_new_tokens(model_and_tokenizer):
 
 
 def test_inverse_cdf_sampling_draws_each_token_with_its_probability():
-    from recipe.generator import inverse_cdf_sample
+    from recipe.sampling import inverse_cdf_sample
 
     probs = torch.tensor([0.5, 0.0, 0.3, 0.2])
     logp = probs.log().expand(20_000, -1)  # log 0 = -inf: that token can never be drawn
@@ -402,3 +402,83 @@ def test_row_state_closing_think_one_token_late_is_interrupted_and_without_budge
     emitted, sampled = drive(free, [[9, 9, 9, 9, 2], [9, 2, 9, 9, 9]])
     assert emitted == [[9, 9, 9, 9, 2], [9, 2, 0, 0, 0]] and sampled == [[1] * 5, [1, 1, 0, 0, 0]]
     assert free.lengths.tolist() == [5, 2] and not free.interrupted.any() and not free.truncated.any()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_static_decoding_samples_what_the_eager_loop_samples(tiny_model_dir, dtype):
+    # recipe/static_decode.py steps every row at static shapes (finished rows stay in the batch, attention
+    # over a fixed view with the later positions masked, every per-token value kept on the device): on CPU
+    # the same steps run without CUDA graphs. Interruptions, greedy rows beside sampled ones, prompts of
+    # different lengths and a limit past two view lengths: the same tokens, masks, flags and versions as
+    # the eager loop, logprobs to round-off, and still the trainer's.
+    import recipe.static_decode
+
+    model, tokenizer = load_model_dir(tiny_model_dir, dtype=dtype)
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    interruption = REGISTRIES["length_control"].build(
+        {"name": "interruption", "min_thinking": 2, "max_thinking": 5, "answer_budget": 3})
+    greedy = torch.arange(len(PROMPTS)) % 5 == 0
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(recipe.static_decode, "FIRST_VIEW", 4)  # views 4, 8, 12: each serves some steps
+        static = sample(model, tokenizer, precision, interruption, seed=7, greedy=greedy, static_decode=True)
+    eager = sample(model, tokenizer, precision, interruption, seed=7, greedy=greedy, static_decode=False)
+    assert eager.interrupted.any() and not eager.interrupted.all() and eager.lengths.min() < eager.lengths.max()
+    for key in ("input_ids", "attention_mask", "loss_mask", "lengths", "truncated", "interrupted", "versions"):
+        assert torch.equal(getattr(static, key), getattr(eager, key)), key
+    tolerance = 1e-5 if dtype == "float32" else 2e-2
+    assert (static.old_logprobs - eager.old_logprobs).abs().max() < tolerance
+    gap = (recompute(model, precision, static) - static.old_logprobs)[static.loss_mask].abs().max()
+    assert gap < tolerance
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16: the decode copy's weights follow the update
+def test_static_decoding_records_the_version_of_weights_loaded_between_steps(tiny_model_dir, dtype):
+    # PipelineRL loads new weights between two decode steps (on_decode_step); each token records the version
+    # whose forward pass produced its logits. Static decoding calls it at the same points as the eager
+    # loop, so the versions (and the tokens: the weights change at the same step) are the same. With a
+    # bf16 body the static steps decode with a copy of the Linear weights in bf16 (compute_dtype_copy),
+    # copied again when a new version is loaded.
+    model, tokenizer = load_model_dir(tiny_model_dir, dtype=dtype)
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+
+    def run(static_decode):
+        original = {name: p.detach().clone() for name, p in model.named_parameters()}
+        calls = []
+
+        def on_decode_step():
+            calls.append(None)
+            if len(calls) == 5:  # new weights in place, as SharedMemoryWeights.receive loads them
+                with torch.no_grad():
+                    for p in model.parameters():
+                        p.mul_(0.9)
+            return 0 if len(calls) < 5 else 1
+
+        try:
+            return sample(model, tokenizer, precision, seed=3, on_decode_step=on_decode_step,
+                          static_decode=static_decode)
+        finally:
+            with torch.no_grad():
+                for name, p in model.named_parameters():
+                    p.copy_(original[name])
+
+    eager, static = run(False), run(True)
+    assert eager.versions.min() == 0 and eager.versions.max() == 1
+    for key in ("input_ids", "loss_mask", "lengths", "versions"):
+        assert torch.equal(getattr(static, key), getattr(eager, key)), key
+    assert (static.old_logprobs - eager.old_logprobs).abs().max() < (1e-5 if dtype == "float32" else 2e-2)
+    # A later call decodes with the weights as they are then (the copy follows the master weights).
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.1)
+    later_static, later_eager = run(True), run(False)
+    assert torch.equal(later_static.input_ids, later_eager.input_ids)
+    assert not torch.equal(later_static.old_logprobs, static.old_logprobs)
+
+
+def test_view_lengths_double_up_to_the_token_limit():
+    from recipe.static_decode import view_lengths
+
+    assert view_lengths(160) == [64, 128, 160]
+    assert view_lengths(64) == [64]
+    assert view_lengths(10) == [10]
+    assert view_lengths(1024)[-3:] == [256, 512, 1024]
