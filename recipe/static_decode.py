@@ -33,7 +33,6 @@ and per in-flight update, instead of autocast casting every fp32 weight at every
 from __future__ import annotations
 
 import copy
-import time
 import weakref
 from typing import Callable
 
@@ -129,7 +128,6 @@ class StaticDecode:
         self.version = torch.tensor([version], device=device)  # of the weights that computed `hidden`
         self.loaded_version = torch.tensor([version], device=device)  # of the weights loaded now
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        self.capture_seconds = 0.0
 
     def sample(self) -> None:
         """Step t's token for every row, from `hidden`; written at t. No value goes to the host."""
@@ -159,7 +157,6 @@ class StaticDecode:
 
     def capture(self, first_step: int) -> None:
         """One graph of feed + sample per view length that a step from `first_step` on uses."""
-        started = time.perf_counter()
         for length in view_lengths(self.limit):
             if length <= first_step:
                 continue
@@ -169,8 +166,6 @@ class StaticDecode:
                 self.feed(length)
                 self.sample()
             self.graphs[length] = graph
-        torch.cuda.synchronize()
-        self.capture_seconds = time.perf_counter() - started
 
     def run(self, on_decode_step: Callable[[], int] | None = None) -> int:
         """Decode until every row finished or the token limit; returns the steps needed (the longest row).
