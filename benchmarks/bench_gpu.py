@@ -309,10 +309,11 @@ def length_wall(model, optimizer, schedule, lengths: list[int], prompt: int, che
     return {"longest_trained": max(trained, default=None), "steps": out}
 
 
-def native(tiny: bool, skip_decode: bool = False) -> None:
+def qwen3_1p7b_on_the_card(results: Results, tiny: bool, max_positions: int):
+    """(peak FLOP/s, tokenizer, model, vocab): the card described in results, a random Qwen3-1.7B-shaped model
+    with the real 151,936-token vocabulary (tiny: TINY_SHAPE, 1,000)."""
     from recipe.run import configure_cuda
 
-    results = Results("native_train" if skip_decode else "native")
     if device() == "cuda":
         configure_cuda()  # what recipe.engines.train does on CUDA
     torch.manual_seed(0)
@@ -320,7 +321,12 @@ def native(tiny: bool, skip_decode: bool = False) -> None:
     peak = results["card"]["bf16_peak_flops"] or 989e12
     tokenizer = build_tokenizer()
     shape, vocab = (TINY_SHAPE, 1000) if tiny else (QWEN3_1P7B, 151936)
-    model = qwen3(shape, vocab, tokenizer, max_positions=65536)
+    return peak, tokenizer, qwen3(shape, vocab, tokenizer, max_positions=max_positions), vocab
+
+
+def native(tiny: bool, skip_decode: bool = False) -> None:
+    results = Results("native_train" if skip_decode else "native")
+    peak, tokenizer, model, vocab = qwen3_1p7b_on_the_card(results, tiny, max_positions=65536)
     results["model"] = {"shape": "tiny" if tiny else "Qwen3-1.7B", "params_b": round(
         sum(p.numel() for p in model.parameters()) / 1e9, 3), "vocab": vocab,
         "attention": model.config._attn_implementation}
@@ -379,17 +385,9 @@ def decode(tiny: bool) -> None:
     """Decode with CUDA graphs (recipe/static_decode.py) against the eager loop, Qwen3-1.7B shape, 64 rows: tokens/s,
     and the same samples (graphs vs the same static steps launched one by one: bitwise; vs the eager loop)."""
     import recipe.static_decode
-    from recipe.run import configure_cuda
 
     results = Results("decode")
-    if device() == "cuda":
-        configure_cuda()
-    torch.manual_seed(0)
-    results["card"] = card()
-    peak = results["card"]["bf16_peak_flops"] or 989e12
-    tokenizer = build_tokenizer()
-    shape, vocab = (TINY_SHAPE, 1000) if tiny else (QWEN3_1P7B, 151936)
-    model = qwen3(shape, vocab, tokenizer, max_positions=4096)
+    peak, tokenizer, model, _ = qwen3_1p7b_on_the_card(results, tiny, max_positions=4096)
     short, long = (16, 70) if tiny else (256, 1024)
     kept_graphs, kept_eager = {}, {}
 

@@ -4,20 +4,7 @@
 # against trl). Results in $OUT: summary.txt, pytest.txt, decode.json, base.json, run.log. Wheels as gpu_proof.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_proof}
-mkdir -p "$OUT"
-export OUT PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export GPU_PROOF_WORK=${GPU_PROOF_WORK:-/tmp/gpu_proof_work}
-PY=${PY:-python3}
-TINY=${GPU_PROOF_TINY:+--tiny}
-START=$(date +%s)
-say() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt"; }
-rm -rf "$GPU_PROOF_WORK"; mkdir -p "$GPU_PROOF_WORK"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/gpu_proof_site .whl/*.whl \
-    && export PYTHONPATH="/tmp/gpu_proof_site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+source benchmarks/gpu_env.sh
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
   $PY -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
   uptime; } 2>&1 | tee -a "$OUT/summary.txt"
