@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 53's GPU proof in one call (~5 minutes): `bench_gpu.py decode` (CUDA-graph decoding against the eager
-# loop, Qwen3-1.7B shape, 64 rows), the CUDA tests, then `bench_gpu.py base` (the ScaleRL base, native
-# against trl). Results in $OUT: summary.txt, pytest.txt, decode.json, base.json, run.log. Wheels as gpu_proof.sh.
+# Issue 53's GPU proof in one call (~8 minutes): `bench_gpu.py decode` (CUDA-graph decoding against the eager
+# loop, Qwen3-1.7B shape, 64 rows, and a kernel profile of a step), the CUDA tests, `bench_gpu.py base` (the ScaleRL
+# base, native against trl), then `bench_gpu.py pipeline` (PipelineRL-2 on the one card). Results in $OUT:
+# summary.txt, pytest.txt, decode.json, base.json, pipeline.json, run.log. Wheels as gpu_proof.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source benchmarks/gpu_env.sh
@@ -20,5 +21,14 @@ say "tests: exit $?; $(tail -1 "$OUT/pytest.txt")"
 say "base: native then trl (limit ${BASE_LIMIT:-200}s)"
 timeout "${BASE_LIMIT:-200}" $PY benchmarks/bench_gpu.py base $TINY > "$GPU_PROOF_WORK/base.log" 2>&1
 say "base: exit $?"
-for part in decode base; do echo "===== $part"; tail -c 100000 "$GPU_PROOF_WORK/$part.log"; done > "$OUT/run.log"
+# PipelineRL-2 with both roles on the card (Qwen3-1.7B body): trainer idle fraction and staleness with the new decode.
+# PIPELINE_LIMIT=0 skips it.
+if [ "${PIPELINE_LIMIT:-150}" -gt 0 ]; then
+  say "pipeline (limit ${PIPELINE_LIMIT:-150}s)"
+  timeout "${PIPELINE_LIMIT:-150}" $PY benchmarks/bench_gpu.py pipeline $TINY > "$GPU_PROOF_WORK/pipeline.log" 2>&1
+  say "pipeline: exit $?"
+fi
+for part in decode base pipeline; do
+  [ -f "$GPU_PROOF_WORK/$part.log" ] && { echo "===== $part"; tail -c 100000 "$GPU_PROOF_WORK/$part.log"; }
+done > "$OUT/run.log"
 say "done"
