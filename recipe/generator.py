@@ -311,13 +311,14 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
 
         copied, refresh = compute_dtype_copy(model)
         if copied is not None:
-            decoder, loaded = copied, on_decode_step
+            decoder, load_weights, copied_version = copied, on_decode_step, None
 
-            def on_decode_step(loaded=loaded, last=[None]):  # noqa: B006 - the version last copied
-                version = loaded() if loaded is not None else policy_version
-                if version != last[0]:  # new weights (or the call's first): copy them
+            def on_decode_step() -> int:
+                nonlocal copied_version
+                version = load_weights() if load_weights is not None else policy_version
+                if version != copied_version:  # new weights (or the call's first): copy them
                     refresh()
-                    last[0] = version
+                    copied_version = version
                 return version
     version = on_decode_step() if on_decode_step is not None else policy_version
     steps = 0
@@ -337,33 +338,31 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
             emitted[:, part], loss_mask[:, part] = decode.emitted, decode.loss_mask
             logprobs[:, part], versions[:, part] = decode.logprobs, decode.versions
             version = decode.loaded  # the next group's prefill runs on the weights loaded last
-            steps = max(steps, part_steps)
-            lengths[part], interrupted[part] = rows.lengths, rows.interrupted
-            truncated[part] = rows.truncated | ~rows.finished
-            del batch, decode
-            continue
-        hidden, close_len = batch.hidden, rows.close.shape[0]
-        for t in range(limit):
-            # Decode: the active rows' next tokens, then widened to all of the group's rows.
-            logits = precision.head_logits(hidden, batch.parts.head.weight, batch.parts.head.bias)  # (A, V)
-            pick_greedy = part_greedy if greedy_rows is None else part_greedy[batch.active]
-            uniform = None if greedy_rows is None and greedy else part_uniforms[batch.active, t]
-            token, logp = pick_tokens(logits, temperature, pick_greedy, uniform)
-            # Force: queued phrase tokens replace samples, finished rows emit <pad>; only samples are trained on.
-            token, sampled = rows.force(batch.widen(token, rows.pad))
-            emitted[t, part], loss_mask[t, part] = token, sampled
-            logprobs[t, part] = batch.widen(logp, 0.0).where(sampled, 0.0)
-            versions[t, part] = version
-            rows.advance(token, sampled, emitted[max(t + 1 - close_len, 0):t + 1, part])
-            if bool(rows.finished.all()) or t == limit - 1:
-                break
-            # Compact, then feed the emitted tokens (new weights, if any, apply from this forward pass on).
-            batch.compact(rows.finished)
-            if on_decode_step is not None:
-                version = on_decode_step()
-            hidden = batch.step(token)
-        versions[t + 1:, part] = version
-        steps = max(steps, t + 1)
+            del decode
+        else:
+            hidden, close_len = batch.hidden, rows.close.shape[0]
+            for t in range(limit):
+                # Decode: the active rows' next tokens, then widened to all of the group's rows.
+                logits = precision.head_logits(hidden, batch.parts.head.weight, batch.parts.head.bias)  # (A, V)
+                pick_greedy = part_greedy if greedy_rows is None else part_greedy[batch.active]
+                uniform = None if greedy_rows is None and greedy else part_uniforms[batch.active, t]
+                token, logp = pick_tokens(logits, temperature, pick_greedy, uniform)
+                # Force: queued phrase tokens replace samples, finished rows emit <pad>; only samples are trained on.
+                token, sampled = rows.force(batch.widen(token, rows.pad))
+                emitted[t, part], loss_mask[t, part] = token, sampled
+                logprobs[t, part] = batch.widen(logp, 0.0).where(sampled, 0.0)
+                versions[t, part] = version
+                rows.advance(token, sampled, emitted[max(t + 1 - close_len, 0):t + 1, part])
+                if bool(rows.finished.all()) or t == limit - 1:
+                    break
+                # Compact, then feed the emitted tokens (new weights, if any, apply from this forward pass on).
+                batch.compact(rows.finished)
+                if on_decode_step is not None:
+                    version = on_decode_step()
+                hidden = batch.step(token)
+            versions[t + 1:, part] = version
+            part_steps = t + 1
+        steps = max(steps, part_steps)
         lengths[part], interrupted[part] = rows.lengths, rows.interrupted
         truncated[part] = rows.truncated | ~rows.finished  # out of the length limit before <eos>
         del batch  # its cache goes before the next group's is allocated

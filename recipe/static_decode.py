@@ -124,9 +124,10 @@ class StaticDecode:
         self.logprobs = torch.zeros(limit, b, dtype=torch.float32, device=device)
         self.loss_mask = torch.zeros(limit, b, dtype=torch.bool, device=device)
         self.versions = torch.full((limit, b), version, dtype=torch.long, device=device)
-        self.first_version = version
         self.version = torch.tensor([version], device=device)  # of the weights that computed `hidden`
         self.loaded_version = torch.tensor([version], device=device)  # of the weights loaded now
+        self.loaded = version  # the same, on the host: on_decode_step's new versions are compared with it
+        self.views = view_lengths(limit)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     def sample(self) -> None:
@@ -153,11 +154,11 @@ class StaticDecode:
 
     def view_for(self, t: int) -> int:
         """The smallest captured view that holds step t's key (t + 1 positions)."""
-        return next(length for length in view_lengths(self.limit) if length > t)
+        return next(length for length in self.views if length > t)
 
     def capture(self, first_step: int) -> None:
         """One graph of feed + sample per view length that a step from `first_step` on uses."""
-        for length in view_lengths(self.limit):
+        for length in self.views:
             if length <= first_step:
                 continue
             graph = torch.cuda.CUDAGraph()
@@ -175,7 +176,6 @@ class StaticDecode:
         weights never reach the head of a step already sampled.
         """
         graphs = CUDA_GRAPHS and self.step.device.type == "cuda" and self.limit > WARMUP_STEPS + 2
-        self.loaded = self.first_version  # the version of the weights in the model now
         self.sample()
         for t in range(self.limit - 1):
             if on_decode_step is not None:  # new weights apply from this feed on
