@@ -105,7 +105,6 @@ class SharedPrefixCache:
         and reads the first `view_length` positions (set_view), those after `step` masked.
         """
         self.step = step
-        self.preallocated = True
         self.view_length = self.capacity
 
     def set_view(self, length: int) -> None:
