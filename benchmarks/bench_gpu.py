@@ -4,6 +4,12 @@
                                               behaviour-vs-trainer logprob gap (fp32 head on / off),
                                               the longest response one train step fits, with and
                                               without optimizer.gradient_checkpointing
+    python benchmarks/bench_gpu.py decode     CUDA-graph decoding (recipe/static_decode.py) against the eager
+                                              loop, 64 rows: tokens/s, same samples, a step's kernels, and
+                                              the same steps through torch.compile (static_decode.COMPILE)
+    python benchmarks/bench_gpu.py train_profile
+                                              where a train step at 16 x (128 + 4,096) spends its time
+    python benchmarks/bench_gpu.py base       the ScaleRL base, native engine against trl, one process
     python benchmarks/bench_gpu.py pipeline   a PipelineRL-2 job (trainer and generator on the one GPU)
     python benchmarks/bench_gpu.py trl        the trl engine in bf16: plain and through accelerate with
                                               engine.sharding fsdp, each with the fp32 head on and off,
@@ -201,13 +207,15 @@ def prompts(n_prompts: int, per_prompt: int) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- native
 def decode_bench(model, tokenizer, new_tokens: int, fp32_head: bool, peak: float, static: bool | None = None,
-                 keep: dict | None = None) -> dict:
+                 keep: dict | None = None, warm_up: bool = True) -> dict:
     """64 rows sampled to `new_tokens` (a random model rarely samples <eos>): tokens/s and MFU of decoding.
-    static: generate's static_decode (None: its default, CUDA graphs on a GPU); keep: gets the rollout."""
+    static: generate's static_decode (None: its default, CUDA graphs on a GPU); keep: gets the rollout;
+    warm_up: a short call first (cuBLAS, allocator)."""
     control = REGISTRIES["length_control"].build({"name": "none"})
     batch = prompts(8, 8)
-    generate(model, tokenizer, batch[:8], precision=precision(fp32_head), length_control=control, max_new_tokens=4,
-             static_decode=static)
+    if warm_up:
+        generate(model, tokenizer, batch[:8], precision=precision(fp32_head), length_control=control,
+                 max_new_tokens=4, static_decode=static)
     free()
     sync()
     started = time.perf_counter()
@@ -419,6 +427,18 @@ def decode(tiny: bool) -> None:
     recipe.static_decode.CUDA_GRAPHS = True
     measure("logprob_gap", lambda: {("fp32_head" if on else "bf16_head"): logprob_gap(model, tokenizer, on, short)
                                     for on in (True, False)})
+    # Last (its compilation takes minutes): each round through torch.compile before its capture; one view
+    # length (quarter <= FIRST_VIEW), so one compilation; the second call is the steady state.
+    recipe.static_decode.COMPILE = True
+    kept_compiled = {}
+    measure("compiled_quarter_first_call", lambda: decode_bench(model, tokenizer, quarter, True, peak, static=True,
+                                                                warm_up=False))
+    measure("compiled_quarter", lambda: decode_bench(model, tokenizer, quarter, True, peak, static=True,
+                                                     warm_up=False, keep=kept_compiled))
+    if kept_compiled and kept_graphs:
+        results["compiled_vs_graphs"] = same_samples(kept_compiled["rollout"], kept_graphs["rollout"])
+    measure("profile_compiled", lambda: decode_profile(model, tokenizer, quarter // 2))
+    recipe.static_decode.COMPILE = False
 
 
 def decode_profile(model, tokenizer, steps: int) -> dict:
@@ -451,6 +471,41 @@ def decode_profile(model, tokenizer, steps: int) -> dict:
             "kernels_per_step": round(sum(e.count for e in events) / steps, 1),
             "top": [[e.key[:90], round(getattr(e, "self_device_time_total", 0) / 1e3 / steps, 4),
                      round(e.count / steps, 1)] for e in top]}
+
+
+def train_profile(tiny: bool) -> None:
+    """Where a train step's time goes, Qwen3-1.7B shape, 16 x (128 + 4,096) (the acceptance's shape): the step's
+    wall time and MFU at micro-batches of 2 and 4 rows, and one step at 2 kernel by kernel (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    results = Results("train_profile")
+    peak, tokenizer, model, _ = qwen3_1p7b_on_the_card(results, tiny, max_positions=8192)
+    optimizer, schedule = build_optimizer(model, OptimizerConfig(lr=1e-7, warmup_steps=1))
+    n_prompts, G, P, T = (2, 4, 8, 32) if tiny else (2, 8, 128, 4096)
+    for micro in (2, 4):
+        try:
+            results[f"micro{micro}"] = train_bench(model, optimizer, schedule, n_prompts, G, P, T, micro, peak)
+        except Exception as error:  # noqa: BLE001 - out of memory is a finding
+            if not is_oom(error):
+                raise
+            results[f"micro{micro}"] = {"error": "out of memory"}
+        optimizer.zero_grad(set_to_none=True)
+        free()
+    batch = synthetic_batch(model, n_prompts, G, P, T)
+    activities = [ProfilerActivity.CUDA] if device() == "cuda" else [ProfilerActivity.CPU]
+    sync()
+    started = time.perf_counter()
+    with profile(activities=activities) as prof:
+        one_step(model, optimizer, schedule, batch, 2)
+        sync()
+    seconds = time.perf_counter() - started
+    events = ([e for e in prof.key_averages() if getattr(e, "self_device_time_total", 0) > 0]
+              or list(prof.key_averages()))
+    gpu_us = sum(getattr(e, "self_device_time_total", 0) for e in events)
+    top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True)[:30]
+    results["profile_micro2"] = {
+        "wall_s_profiled": round(seconds, 2), "gpu_s": round(gpu_us / 1e6, 3), "kernels": sum(e.count for e in events),
+        "top": [[e.key[:100], round(getattr(e, "self_device_time_total", 0) / 1e6, 4), e.count] for e in top]}
 
 
 # -------------------------------------------------------------------------------------------- base
@@ -627,7 +682,7 @@ def trl(tiny: bool) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["native", "decode", "base", "pipeline", "trl"])
+    parser.add_argument("part", choices=["native", "decode", "train_profile", "base", "pipeline", "trl"])
     parser.add_argument("--tiny", action="store_true", help="tiny shapes on any device: a logic check, not a figure")
     parser.add_argument("--skip-decode", action="store_true", help="native: the train step and length wall only "
                         "(writes native_train.json)")
@@ -636,7 +691,8 @@ def main() -> int:
     if args.part == "native":
         native(args.tiny, args.skip_decode)
     else:
-        {"decode": decode, "base": base, "pipeline": pipeline, "trl": trl}[args.part](args.tiny)
+        {"decode": decode, "train_profile": train_profile, "base": base, "pipeline": pipeline,
+         "trl": trl}[args.part](args.tiny)
     return 0
 
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 53's GPU proof in one call (~8 minutes): `bench_gpu.py decode` (CUDA-graph decoding against the eager
-# loop, Qwen3-1.7B shape, 64 rows, and a kernel profile of a step), the CUDA tests, `bench_gpu.py base` (the ScaleRL
+# loop, Qwen3-1.7B shape, 64 rows, and a kernel profile of a step), `bench_gpu.py train_profile` (TRAIN_LIMIT=0
+# skips it), the CUDA tests, `bench_gpu.py base` (the ScaleRL
 # base, native against trl), then `bench_gpu.py pipeline` (PipelineRL-2 on the one card). Results in $OUT:
-# summary.txt, pytest.txt, decode.json, base.json, pipeline.json, run.log. Wheels as gpu_proof.sh.
+# summary.txt, pytest.txt, decode.json, train_profile.json, base.json, pipeline.json, run.log. Wheels as gpu_proof.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source benchmarks/gpu_env.sh
@@ -14,6 +15,11 @@ source benchmarks/gpu_env.sh
 say "decode (limit ${DECODE_LIMIT:-150}s)"
 timeout "${DECODE_LIMIT:-150}" $PY benchmarks/bench_gpu.py decode $TINY > "$GPU_PROOF_WORK/decode.log" 2>&1
 say "decode: exit $?"
+if [ "${TRAIN_LIMIT:-150}" -gt 0 ]; then
+  say "train_profile (limit ${TRAIN_LIMIT:-150}s)"
+  timeout "${TRAIN_LIMIT:-150}" $PY benchmarks/bench_gpu.py train_profile $TINY > "$GPU_PROOF_WORK/train_profile.log" 2>&1
+  say "train_profile: exit $?"
+fi
 say "tests (limit ${TEST_LIMIT:-150}s)"
 timeout "${TEST_LIMIT:-150}" $PY -m pytest -q -p no:cacheprovider -o addopts="" -m "gpu or not slow" -k cuda -rA \
   tests/recipe/test_cuda.py tests/recipe/test_generator_contract.py > "$OUT/pytest.txt" 2>&1
@@ -28,7 +34,7 @@ if [ "${PIPELINE_LIMIT:-150}" -gt 0 ]; then
   timeout "${PIPELINE_LIMIT:-150}" $PY benchmarks/bench_gpu.py pipeline $TINY > "$GPU_PROOF_WORK/pipeline.log" 2>&1
   say "pipeline: exit $?"
 fi
-for part in decode base pipeline; do
+for part in decode train_profile base pipeline; do
   [ -f "$GPU_PROOF_WORK/$part.log" ] && { echo "===== $part"; tail -c 100000 "$GPU_PROOF_WORK/$part.log"; }
 done > "$OUT/run.log"
 say "done"

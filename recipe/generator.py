@@ -226,9 +226,9 @@ class DecodeBatch:
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Feed each active row its token (token (B,)); returns the next hidden states (A, D)."""
         rows = self.active if len(self.active) < self.B else slice(None)  # every row: no gather
-        self.width += 1
         with self.parts.autocast(cache=False):
             if self.shared_prefix is None:
+                self.width += 1  # (a host counter only this cache's mask needs: a compiled static step has none)
                 out = self.parts.body(input_ids=token[rows, None],
                                       attention_mask=self.attention_mask[rows, :self.width],
                                       position_ids=self.next_position[rows, None], past_key_values=self.cache,

@@ -106,6 +106,7 @@ class SharedPrefixCache:
         """
         self.step = step
         self.view_length = self.capacity
+        self.row_bias  # gathered now: not lazily inside a captured or compiled step
 
     def set_view(self, length: int) -> None:
         """Read the first `length` response positions in the coming step (at least step + 1): the mask of

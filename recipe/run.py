@@ -290,7 +290,8 @@ def configure_cuda() -> None:
     """Deterministic options where torch allows them, before the first CUDA call of the process.
 
     cuBLAS needs a fixed workspace for reproducible matmuls; cuDNN autotuning picks kernels by
-    timing, so it is off; ops without a deterministic kernel warn instead of failing. TF32 is left
+    timing, so it is off; ops without a deterministic kernel warn instead of failing (recipe/static_decode.py
+    switches them off around its single-index writes, which are deterministic either way). TF32 is left
     to torch's default for the body and disabled explicitly for the fp32 LM head (components/precision.py).
     """
     import os
@@ -298,6 +299,9 @@ def configure_cuda() -> None:
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.backends.cudnn.benchmark = False
     torch.use_deterministic_algorithms(True, warn_only=True)
+    # Deterministic mode also fills every new tensor's memory (a debugging aid against reads of uninitialised
+    # memory, which this code never makes): one kernel per allocation, ~830 of a decode step's ~3,900 on an H200.
+    torch.utils.deterministic.fill_uninitialized_memory = False
 
 
 def token_limit(length_control, tokenizer, max_new_tokens: int) -> int:

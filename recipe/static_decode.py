@@ -32,7 +32,9 @@ and per in-flight update, instead of autocast casting every fp32 weight at every
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import weakref
 from typing import Callable
 
@@ -50,6 +52,9 @@ CHECK_EVERY = 16
 FIRST_VIEW = 64
 # Replay the steps as CUDA graphs on a GPU (False: the same static steps launched one by one, to compare).
 CUDA_GRAPHS = True
+# Compile each round's body step (feed) with torch.compile before capturing it: its elementwise work (norms,
+# rotary embedding, casts, the attention's masking) fused into a few kernels a layer instead of ~100.
+COMPILE = False
 
 
 def compute_dtype_copy(model):
@@ -152,30 +157,40 @@ class StaticDecode:
         self.version.copy_(self.loaded_version)
         self.step += 1
 
+    def feed_and_sample(self, view_length: int, compiled: bool = True) -> None:
+        """One round: step t's tokens fed, step t + 1 sampled (what a graph holds); compiled if COMPILE."""
+        if COMPILE and compiled:
+            compiled_feed()(self, view_length)
+        else:
+            self.feed(view_length)
+        self.sample()
+
     def view_for(self, t: int) -> int:
-        """The smallest captured view that holds step t's key (t + 1 positions)."""
+        """The smallest view that holds step t's key (t + 1 positions)."""
         return next(length for length in self.views if length > t)
 
-    def capture(self, first_step: int) -> None:
-        """One graph of feed + sample per view length that a step from `first_step` on uses."""
-        for length in self.views:
-            if length <= first_step:
-                continue
-            graph = torch.cuda.CUDAGraph()
-            # thread_local: another thread of the process (a PipelineRL role's) may use CUDA meanwhile.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-                self.feed(length)
-                self.sample()
-            self.graphs[length] = graph
+    def capture(self, view_length: int) -> torch.cuda.CUDAGraph:
+        """feed + sample at this view length as a CUDA graph (recorded, not run)."""
+        graph = torch.cuda.CUDAGraph()
+        # thread_local: another thread of the process (a PipelineRL role's) may use CUDA meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            self.feed_and_sample(view_length)
+        return graph
 
     def run(self, on_decode_step: Callable[[], int] | None = None) -> int:
         """Decode until every row finished or the token limit; returns the steps needed (the longest row).
 
         Step 0 samples from the prefill; then each round feeds step t's tokens and samples step t + 1 (one
         graph): `on_decode_step` runs between a step's sample and its feed, as in the eager loop, so new
-        weights never reach the head of a step already sampled.
+        weights never reach the head of a step already sampled. A view's graph is captured after the first
+        WARMUP_STEPS rounds it serves have run without one (their lazy allocations, and with COMPILE their
+        compilation, happen outside the capture), so only the views a call reaches are captured.
         """
-        graphs = CUDA_GRAPHS and self.step.device.type == "cuda" and self.limit > WARMUP_STEPS + 2
+        with fast_unique_index_writes():
+            return self._run(on_decode_step)
+
+    def _run(self, on_decode_step: Callable[[], int] | None) -> int:
+        graphs = CUDA_GRAPHS and self.step.device.type == "cuda"
         self.sample()
         for t in range(self.limit - 1):
             if on_decode_step is not None:  # new weights apply from this feed on
@@ -183,13 +198,14 @@ class StaticDecode:
                 if version != self.loaded:
                     self.loaded_version.fill_(version)
                     self.loaded = version
-            if graphs and t == WARMUP_STEPS:
-                self.capture(t)
-            if self.graphs:
-                self.graphs[self.view_for(t)].replay()
-            else:
-                self.feed(self.view_for(t))
-                self.sample()
+            view = self.view_for(t)
+            first_step_of_view = max([length for length in self.views if length <= t], default=0)
+            if graphs and view not in self.graphs and t - first_step_of_view >= WARMUP_STEPS:
+                self.graphs[view] = self.capture(view)
+            if view in self.graphs:
+                self.graphs[view].replay()
+            else:  # the first round allocates the key/value buffers: not compiled (it would compile twice)
+                self.feed_and_sample(view, compiled=t > 0)
             if (t + 2) % CHECK_EVERY == 0 and bool(self.rows.finished.all()):
                 break
         steps = int(self.rows.lengths.max())
@@ -197,3 +213,32 @@ class StaticDecode:
         self.versions[steps:] = self.versions[steps - 1]
         return steps
 
+
+@contextlib.contextmanager
+def fast_unique_index_writes():
+    """torch's deterministic algorithms off while the static steps run, back as they were after.
+
+    Under torch.use_deterministic_algorithms (recipe.run.configure_cuda) index_copy_ becomes a sorted index_put_
+    (a radix sort, bounds asserts and copies per write, ~20 kernels where one does): every write of a step
+    (a token, a logprob, a layer's key and value at position t) has one index, so no two writes land on one
+    element and the plain kernel gives the same result; every other op of a step is deterministic either way
+    (cuBLAS under the fixed workspace, reductions, the sampling's cumulative sum).
+    """
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
+def _feed(decode: StaticDecode, view_length: int) -> None:
+    decode.feed(view_length)
+
+
+@functools.cache
+def compiled_feed():
+    """StaticDecode.feed (the body's step) through torch.compile: one compilation per view length (a view is a
+    shape), each during its view's first rounds, before the capture (StaticDecode.run)."""
+    return torch.compile(_feed, dynamic=False)

@@ -482,3 +482,25 @@ def test_view_lengths_double_up_to_the_token_limit():
     assert view_lengths(64) == [64]
     assert view_lengths(10) == [10]
     assert view_lengths(1024)[-3:] == [256, 512, 1024]
+
+
+def test_compiled_static_steps_sample_what_the_eager_loop_samples(tiny_model_dir):
+    # static_decode.COMPILE runs each round's body step through torch.compile (Inductor), compiled once per view
+    # length during the view's first rounds. On CPU fp32 the fused kernels give the eager loop's tokens, masks,
+    # flags and versions, and its logprobs to round-off (on an H200 the fused bf16 arithmetic rounds otherwise:
+    # BENCHMARKS "Decode with the host out of the loop").
+    import recipe.static_decode
+
+    model, tokenizer = load_model_dir(tiny_model_dir)
+    precision = REGISTRIES["precision"].build({"name": "lm_head", "fp32_head": True})
+    interruption = REGISTRIES["length_control"].build(
+        {"name": "interruption", "min_thinking": 2, "max_thinking": 5, "answer_budget": 3})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(recipe.static_decode, "FIRST_VIEW", 8)  # views 8, 12: two compilations
+        patch.setattr(recipe.static_decode, "COMPILE", True)
+        compiled = sample(model, tokenizer, precision, interruption, seed=7, static_decode=True)
+    eager = sample(model, tokenizer, precision, interruption, seed=7, static_decode=False)
+    assert eager.interrupted.any()
+    for key in ("input_ids", "attention_mask", "loss_mask", "lengths", "truncated", "interrupted", "versions"):
+        assert torch.equal(getattr(compiled, key), getattr(eager, key)), key
+    assert (compiled.old_logprobs - eager.old_logprobs).abs().max() < 1e-5
