@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 
 from components import REGISTRIES
 from components.registry import ConfigError, check_value_type, describe_value, shown_key
+from recipe.compute import COMPUTE_AXES
 from recipe.engines.launch import check_sharding_value
 from recipe.engines.support import check_engine
 from recipe.run_config import EVAL_DRAWS, GENERATORS, MODEL_DTYPES, TASK_NAMES, RecipeConfig
@@ -45,7 +46,9 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "optimizer.gradient_checkpointing": False, "engine.vllm_server_url": "http://localhost:8000",
                    "engine.vllm_server_devices": 0, "rollout.decode_token_budget": 0, "eval.decode_token_budget": 0,
                    "rollout.generator": "torch", "rollout.vllm_cpu_kv_cache_gib": 1,
-                   "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0, "eval.min_gap_steps": 1}
+                   "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0, "eval.min_gap_steps": 1,
+                   "eval.compute_unit": "flops", "eval.at_compute": (), "eval.schedule_until": 0.0,
+                   "eval.late_from": 0.0, "eval.late_samples_per_prompt": 0}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -135,6 +138,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "eval.samples_per_prompt": (1, math.inf, True), "eval.batch_size": (1, math.inf, True),
     "eval.decode_token_budget": (0, math.inf, True),
     "eval.seed": (0, math.inf, True),
+    "eval.schedule_until": (0, math.inf, True), "eval.late_from": (0, math.inf, True),
+    "eval.late_samples_per_prompt": (0, math.inf, True),
     "checkpoint.every_steps": (1, math.inf, True), "checkpoint.every_minutes": (0, math.inf, False),
     "max_steps": (0, math.inf, True), "engine.num_processes": (1, math.inf, True),
     "engine.vllm_server_devices": (0, math.inf, True),
@@ -146,7 +151,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 # The string run settings with a fixed set of values (component names are checked by their registries).
 # engine.sharding: a name or an accelerate config file's path (recipe.engines.launch.check_sharding_value).
 CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS, "task.name": TASK_NAMES, "model.dtype": MODEL_DTYPES,
-                                       "rollout.generator": GENERATORS}
+                                       "rollout.generator": GENERATORS, "eval.compute_unit": tuple(COMPUTE_AXES)}
 
 
 def check_ranges(data: Mapping[str, Any]) -> None:
@@ -169,6 +174,10 @@ def check_ranges(data: Mapping[str, Any]) -> None:
     if flat.get("eval.min_gap_steps", 1) > flat.get("eval.every_steps", math.inf):
         raise ConfigError(f"eval.min_gap_steps: got {flat['eval.min_gap_steps']!r}, expected <= eval.every_steps "
                           f"({flat['eval.every_steps']!r}), the largest gap")
+    for index, value in enumerate(flat.get("eval.at_compute", ())):
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"eval.at_compute[{index}]: got {value!r}, expected a compute value > 0 "
+                              f"(in eval.compute_unit)")
     if flat.get("task.max_digits", 1) < flat.get("task.min_digits", 1):
         raise ConfigError(f"task.max_digits: got {flat['task.max_digits']!r}, expected >= task.min_digits "
                           f"({flat['task.min_digits']!r})")

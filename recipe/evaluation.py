@@ -42,6 +42,30 @@ def evaluation_steps(every_steps: int, points_per_doubling: int, max_steps: int,
     return frozenset(steps)
 
 
+def compute_of(metrics: dict, step: int, unit: str) -> float:
+    """The run's compute so far in `unit` (eval.compute_unit): its meter's metrics at `step`."""
+    from recipe.compute import COMPUTE_AXES
+
+    return float(step) if unit == "steps" else float(metrics.get(COMPUTE_AXES[unit], 0.0))
+
+
+def evaluation_due(eval_cfg, step: int, scheduled: frozenset[int], compute: float, last_compute: float | None) -> bool:
+    """Whether a run evaluates after `step`: a scheduled step (evaluation_steps) while compute < schedule_until
+    (0: always) and the run's last step whatever the compute, or the first step whose compute reaches one of
+    at_compute (last_compute: the compute of the run's last evaluation, None before the first)."""
+    if step in scheduled and (eval_cfg.schedule_until <= 0 or compute < eval_cfg.schedule_until
+                              or step == max(scheduled)):
+        return True
+    return any(compute >= point and (last_compute is None or last_compute < point) for point in eval_cfg.at_compute)
+
+
+def samples_per_prompt(eval_cfg, compute: float) -> int:
+    """Sampled answers a prompt at an evaluation made at `compute`: late_samples_per_prompt from late_from on,
+    else samples_per_prompt."""
+    late = eval_cfg.late_from > 0 and eval_cfg.late_samples_per_prompt > 0 and compute >= eval_cfg.late_from
+    return eval_cfg.late_samples_per_prompt if late else eval_cfg.samples_per_prompt
+
+
 def sampling_standard_error(per_prompt, k: int) -> float:
     """Standard error of mean@k over a fixed prompt set from its sampling alone: how far the same policy's
     pass rate moves if the evaluation drew other samples.
@@ -83,10 +107,12 @@ def score(task, tokenizer, rollout: Rollout, answers: list[str]) -> torch.Tensor
 
 
 def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_tokens: int,
-             temperature: float, seed: int, step: int = 0, policy_version: int = 0) -> dict[str, float]:
+             temperature: float, seed: int, step: int = 0, policy_version: int = 0,
+             compute: float = 0.0) -> dict[str, float]:
     """Eval metrics of the generator's model as it is now, weights of `policy_version` (eval/pass_rate,
     eval/greedy_pass_rate, lengths, truncation...); `generator` is the rollout's (recipe.generator.TorchGenerator
     or recipe.vllm_generator.VllmGenerator), so the curve is measured with what samples the training data.
+    compute: the run's compute now (eval.compute_unit), which sizes the evaluation (samples_per_prompt).
 
     The num_prompts x samples_per_prompt sampled answers and the num_prompts greedy ones are
     generated together, eval_cfg.batch_size rows per generate call (the per-token work of a decode
@@ -96,7 +122,7 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
     problems = task.validation[: eval_cfg.num_prompts]
     tokenizer, device = generator.tokenizer, generator.device
     torch_rng, numpy_rng = evaluation_streams(seed, eval_cfg.draws, step, device)
-    k = eval_cfg.samples_per_prompt
+    k = samples_per_prompt(eval_cfg, compute)
     prompts = [p.prompt for p in problems for _ in range(k)]
     answers = [p.answer for p in problems for _ in range(k)]
     sampled = len(prompts)
@@ -122,6 +148,7 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
     metrics = {
         "eval/pass_rate": float(sampled_correct.mean()),
         "eval/pass_rate_se": sampling_standard_error(per_prompt, k),
+        "eval/samples_per_prompt": float(k),
         "eval/len_mean": float(torch.cat(lengths)[:sampled].mean()),
         "eval/truncated_frac": float(torch.cat(truncated)[:sampled].mean()),
         "eval/interrupted_frac": float(torch.cat(interrupted)[:sampled].mean()),

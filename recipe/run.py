@@ -31,7 +31,7 @@ from recipe.advantages import filter_and_normalize
 from recipe.checkpoint import load_checkpoint, save_checkpoint
 from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
 from recipe.config import ConfigError, RecipeConfig, load_recipe, resolved_yaml, run_id, to_dict
-from recipe.evaluation import evaluate, evaluation_steps, score
+from recipe.evaluation import compute_of, evaluate, evaluation_due, evaluation_steps, score
 from recipe.generator import Rollout, TorchGenerator
 from recipe.model import load_model_dir
 from recipe.tasks import build_task
@@ -442,7 +442,7 @@ class Run:
         """Evaluate now, log the record (train metrics since the last one, curriculum, compute) and return it."""
         started = time.perf_counter()
         record = {"step": self.step, **evaluate(self.generator, self.task, step=self.step, policy_version=self.step,
-                                                **self.eval_kwargs)}
+                                                compute=self.compute(), **self.eval_kwargs)}
         self.meter.evaluation_seconds += time.perf_counter() - started
         record.update(self.pending.pop())
         record.update(self.c.curriculum.metrics())
@@ -450,8 +450,15 @@ class Run:
         self.tracker.log(record)
         return record
 
+    def compute(self) -> float:
+        """The compute spent so far in eval.compute_unit (what places and sizes evaluations by compute)."""
+        return compute_of(self.meter.metrics(), self.step, self.cfg.eval.compute_unit)
+
     def eval_due(self) -> bool:
-        return self.step in self.eval_steps
+        """recipe.evaluation.evaluation_due: a scheduled step, or the first step past an eval.at_compute point."""
+        records, unit = self.tracker.records, self.cfg.eval.compute_unit
+        last = compute_of(records[-1], records[-1]["step"], unit) if records else None
+        return evaluation_due(self.cfg.eval, self.step, self.eval_steps, self.compute(), last)
 
     def checkpoint_due(self) -> bool:
         """every_steps steps, or every_minutes of wall-clock, since the last checkpoint; and the last step."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
@@ -153,6 +153,20 @@ class EvalConfig:
     # (seed, step), so every run of a sweep is scored on the same draws at the same step and the
     # errors of a run's points are independent (recipe.evaluation.evaluation_streams).
     draws: str = "common"  # one of EVAL_DRAWS
+    # Points placed by compute rather than by step (a sweep's budget: the fit window's end and the target),
+    # in compute_unit (a sweep budget's unit: flops, device_seconds, ...; recipe.compute.COMPUTE_AXES):
+    # at_compute: one evaluation at the first step whose compute reaches each value (the fit window's last
+    # point sits at its end, and the observed value at the target is measured at the target, not up to
+    # every_steps steps past it); schedule_until > 0: the step schedule's points stop once compute reaches
+    # it (past the fit window a point informs no fit, only at_compute's remain); late_from > 0: points at
+    # compute >= late_from sample late_samples_per_prompt answers a prompt instead of samples_per_prompt
+    # (0: samples_per_prompt; the fitted ceiling rests on the window's last points: their sampling noise is
+    # what it carries).
+    compute_unit: str = "flops"
+    at_compute: Tuple[float, ...] = ()
+    schedule_until: float = 0.0
+    late_from: float = 0.0
+    late_samples_per_prompt: int = 0
 
 
 @dataclass(frozen=True)

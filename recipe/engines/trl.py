@@ -51,7 +51,7 @@ import torch
 
 from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
 from recipe.config import RecipeConfig, load_recipe, run_id, to_dict
-from recipe.evaluation import evaluate, evaluation_steps
+from recipe.evaluation import compute_of, evaluate, evaluation_due, evaluation_steps
 from recipe.advantages import filter_and_normalize
 from components.registry import ConfigError
 from recipe.engines.launch import free_port, is_launched, launch_command
@@ -625,6 +625,10 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
     eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps,
                                   cfg.eval.min_gap_steps)
     eval_kwargs = evaluation_kwargs(cfg, components)
+    unit = cfg.eval.compute_unit
+    # The compute of the last evaluation (recipe.evaluation.evaluation_due's last_compute); on resume, the
+    # checkpoint's: its evaluations are in the metrics file already.
+    last_eval = {"compute": compute_of(meter.metrics(), step0, unit) if resume_from is not None else None}
     k = cfg.off_policy["k"]
     sharded = cfg.engine.sharding != "none"
 
@@ -638,6 +642,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         from accelerate.utils import broadcast_object_list
 
         verdict = [None]
+        last_eval["compute"] = compute_of(meter.metrics(), step, unit)
         # A sharded model's forward gathers its parameters from every rank, so every rank evaluates
         # (the same prompts and seeds: the same forward calls); unsharded, the main process alone does.
         if main or sharded:
@@ -646,7 +651,8 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             unwrapped.eval()
             with gathered_parameters(unwrapped):
                 record = {"step": step, **evaluate(evaluation_generator(trainer, unwrapped, tokenizer), task,
-                                                   step=step, **eval_kwargs)}
+                                                   step=step, compute=compute_of(meter.metrics(), step, unit),
+                                                   **eval_kwargs)}
             unwrapped.train()
             meter.evaluation_seconds += since(started)[0]
         if main:
@@ -709,7 +715,12 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             meter.cpu_seconds += cpu
             if on_step is not None:
                 on_step(state.global_step, meter)
-            if state.global_step in eval_steps:
+            due = [evaluation_due(cfg.eval, state.global_step, eval_steps,
+                                  compute_of(meter.metrics(), state.global_step, unit), last_eval["compute"])]
+            if accelerator.num_processes > 1:  # compute differs a little by rank: rank 0's decides for all
+                from accelerate.utils import broadcast_object_list
+                broadcast_object_list(due)
+            if due[0]:
                 self.due = state.global_step
             # TRL saves every save_steps steps; a slow step also saves after checkpoint.every_minutes of
             # wall-clock, on a generation boundary like every checkpoint here.

@@ -155,3 +155,48 @@ def test_a_run_evaluates_at_the_scheduled_steps(tiny_recipe, tmp_path):
     records = train(cfg, tmp_path / "run")
     # gaps floor(s (sqrt(2) - 1)) clipped to [1, 4]: 0 1 2 3 4 5 7 9 12 14(end)
     assert [r["step"] for r in records] == [0, 1, 2, 3, 4, 5, 7, 9, 12, 14]
+
+
+def test_evaluation_due_places_points_by_compute():
+    from types import SimpleNamespace
+
+    from recipe.evaluation import evaluation_due, samples_per_prompt
+
+    cfg = SimpleNamespace(schedule_until=100.0, at_compute=(50.0, 200.0), samples_per_prompt=4, late_from=40.0,
+                          late_samples_per_prompt=16)
+    scheduled = frozenset([0, 10, 20, 30])
+    assert evaluation_due(cfg, 10, scheduled, compute=90.0, last_compute=80.0)  # scheduled, inside the window
+    assert not evaluation_due(cfg, 20, scheduled, compute=150.0, last_compute=120.0)  # scheduled, past it
+    assert evaluation_due(cfg, 30, scheduled, compute=500.0, last_compute=150.0)  # the run's last step: always
+    assert evaluation_due(cfg, 7, scheduled, compute=52.0, last_compute=45.0)  # first step past 50
+    assert not evaluation_due(cfg, 8, scheduled, compute=60.0, last_compute=52.0)  # 50 evaluated already
+    assert evaluation_due(cfg, 25, scheduled, compute=210.0, last_compute=120.0)  # first past the target
+    assert evaluation_due(cfg, 1, scheduled, compute=60.0, last_compute=None)
+    assert [samples_per_prompt(cfg, c) for c in (0.0, 39.9, 40.0, 500.0)] == [4, 4, 16, 16]
+    off = SimpleNamespace(schedule_until=0.0, at_compute=(), samples_per_prompt=4, late_from=0.0,
+                          late_samples_per_prompt=0)
+    assert evaluation_due(off, 20, scheduled, compute=1e9, last_compute=0.0)  # the step schedule alone
+    assert not evaluation_due(off, 21, scheduled, compute=1e9, last_compute=0.0)
+    assert samples_per_prompt(off, 1e9) == 4
+
+
+def test_a_run_evaluates_at_compute_points_and_samples_more_late(tiny_recipe, tmp_path):
+    # eval.compute_unit steps makes compute the step count (the sweeps use flops; recipe.evaluation.compute_of).
+    cfg = tiny_recipe("eval.every_steps=4", "eval.points_per_doubling=0", "eval.compute_unit=steps",
+                      "eval.schedule_until=9", "eval.at_compute=[6,11]", "eval.late_from=8",
+                      "eval.late_samples_per_prompt=3", "eval.samples_per_prompt=2", run_steps=14)
+    records = train(cfg, tmp_path / "run")
+    # scheduled 0 4 8 (12 is past schedule_until), 6 and 11 from at_compute, 14 the run's end
+    assert [r["step"] for r in records] == [0, 4, 6, 8, 11, 14]
+    assert [r["eval/samples_per_prompt"] for r in records] == [2, 2, 2, 3, 3, 3]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("eval.at_compute=[0]", "eval.at_compute[0]"), ("eval.compute_unit=minutes", "eval.compute_unit"),
+    ("eval.late_samples_per_prompt=-1", "eval.late_samples_per_prompt"),
+    ("eval.schedule_until=-1", "eval.schedule_until")])
+def test_bad_compute_placed_evaluation_settings_name_their_key(tiny_recipe, override, message):
+    from components.registry import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        tiny_recipe(override)

@@ -411,6 +411,17 @@ def test_each_evaluation_record_holds_its_own_steps_training_metrics(tiny_overri
         assert any(key.startswith("loss/") for key in record)  # our loss component's own metrics
 
 
+def test_the_trl_engine_places_and_sizes_evaluations_by_compute(tiny_overrides, tmp_path):
+    # As the native engine (tests/recipe/test_loop.py): compute in steps here, flops in the sweeps.
+    cfg = load_recipe(None, [*tiny_overrides(run_steps=6), *TRL_BASE, "eval.every_steps=2",
+                             "eval.points_per_doubling=0", "eval.compute_unit=steps", "eval.schedule_until=3",
+                             "eval.at_compute=[3,5]", "eval.late_from=4", "eval.late_samples_per_prompt=3",
+                             "eval.samples_per_prompt=2"])
+    records = train(cfg, tmp_path / "run", device="cpu")
+    assert [r["step"] for r in records] == [0, 2, 3, 5, 6]  # 4 is past schedule_until; 6 the run's end
+    assert [r["eval/samples_per_prompt"] for r in records] == [2, 2, 2, 3, 3]
+
+
 def test_a_slow_trl_run_checkpoints_by_the_clock_between_step_checkpoints(tiny_overrides, tmp_path):
     # save_steps far away (1,000), every_minutes ~0: every step (k = 1) is past the wall-clock interval.
     cfg = load_recipe(None, [*tiny_overrides(run_steps=3), *TRL_BASE, "checkpoint.every_steps=1000",
