@@ -444,8 +444,6 @@ def decode(tiny: bool) -> None:
 def decode_profile(model, tokenizer, steps: int) -> dict:
     """GPU time of the static decode steps (64 rows, fp32 head), kernel by kernel (torch.profiler): what a step
     spends on the device, against its wall time."""
-    from torch.profiler import ProfilerActivity, profile
-
     control = REGISTRIES["length_control"].build({"name": "none"})
     batch = prompts(8, 8)
 
@@ -456,6 +454,19 @@ def decode_profile(model, tokenizer, steps: int) -> dict:
 
     run()
     sync()
+    seconds, events = profiled(run)
+    gpu_us = sum(getattr(e, "self_device_time_total", 0) for e in events)
+    return {"steps": steps, "wall_ms_per_step_profiled": round(1e3 * seconds / steps, 2),
+            "gpu_ms_per_step": round(gpu_us / 1e3 / steps, 3),
+            "kernels_per_step": round(sum(e.count for e in events) / steps, 1),
+            "top": [[e.key[:90], round(getattr(e, "self_device_time_total", 0) / 1e3 / steps, 4),
+                     round(e.count / steps, 1)] for e in top_events(events, 20)]}
+
+
+def profiled(run) -> tuple[float, list]:
+    """(wall seconds, torch.profiler's per-kernel events) of run() (the device's kernels on CUDA, else CPU ops)."""
+    from torch.profiler import ProfilerActivity, profile
+
     activities = [ProfilerActivity.CUDA] if device() == "cuda" else [ProfilerActivity.CPU]
     started = time.perf_counter()
     with profile(activities=activities) as prof:
@@ -464,20 +475,16 @@ def decode_profile(model, tokenizer, steps: int) -> dict:
     seconds = time.perf_counter() - started
     events = ([e for e in prof.key_averages() if getattr(e, "self_device_time_total", 0) > 0]
               or list(prof.key_averages()))
-    gpu_us = sum(getattr(e, "self_device_time_total", 0) for e in events)
-    top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True)[:20]
-    return {"steps": steps, "wall_ms_per_step_profiled": round(1e3 * seconds / steps, 2),
-            "gpu_ms_per_step": round(gpu_us / 1e3 / steps, 3),
-            "kernels_per_step": round(sum(e.count for e in events) / steps, 1),
-            "top": [[e.key[:90], round(getattr(e, "self_device_time_total", 0) / 1e3 / steps, 4),
-                     round(e.count / steps, 1)] for e in top]}
+    return seconds, events
+
+
+def top_events(events: list, n: int) -> list:
+    return sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True)[:n]
 
 
 def train_profile(tiny: bool) -> None:
     """Where a train step's time goes, Qwen3-1.7B shape, 16 x (128 + 4,096) (the acceptance's shape): the step's
     wall time and MFU at micro-batches of 2 and 4 rows, and one step at 2 kernel by kernel (torch.profiler)."""
-    from torch.profiler import ProfilerActivity, profile
-
     results = Results("train_profile")
     peak, tokenizer, model, _ = qwen3_1p7b_on_the_card(results, tiny, max_positions=8192)
     optimizer, schedule = build_optimizer(model, OptimizerConfig(lr=1e-7, warmup_steps=1))
@@ -492,20 +499,13 @@ def train_profile(tiny: bool) -> None:
         optimizer.zero_grad(set_to_none=True)
         free()
     batch = synthetic_batch(model, n_prompts, G, P, T)
-    activities = [ProfilerActivity.CUDA] if device() == "cuda" else [ProfilerActivity.CPU]
     sync()
-    started = time.perf_counter()
-    with profile(activities=activities) as prof:
-        one_step(model, optimizer, schedule, batch, 2)
-        sync()
-    seconds = time.perf_counter() - started
-    events = ([e for e in prof.key_averages() if getattr(e, "self_device_time_total", 0) > 0]
-              or list(prof.key_averages()))
+    seconds, events = profiled(lambda: one_step(model, optimizer, schedule, batch, 2))
     gpu_us = sum(getattr(e, "self_device_time_total", 0) for e in events)
-    top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True)[:30]
     results["profile_micro2"] = {
         "wall_s_profiled": round(seconds, 2), "gpu_s": round(gpu_us / 1e6, 3), "kernels": sum(e.count for e in events),
-        "top": [[e.key[:100], round(getattr(e, "self_device_time_total", 0) / 1e6, 4), e.count] for e in top]}
+        "top": [[e.key[:100], round(getattr(e, "self_device_time_total", 0) / 1e6, 4), e.count]
+                for e in top_events(events, 30)]}
 
 
 # -------------------------------------------------------------------------------------------- base
