@@ -133,6 +133,8 @@ class StaticDecode:
         self.loaded_version = torch.tensor([version], device=device)  # of the weights loaded now
         self.loaded = version  # the same, on the host: on_decode_step's new versions are compared with it
         self.views = view_lengths(limit)
+        # Each view's first step: the step after the previous view's last (views serve consecutive steps).
+        self.view_starts = dict(zip(self.views, [0, *self.views[:-1]]))
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     def sample(self) -> None:
@@ -199,8 +201,7 @@ class StaticDecode:
                     self.loaded_version.fill_(version)
                     self.loaded = version
             view = self.view_for(t)
-            first_step_of_view = max([length for length in self.views if length <= t], default=0)
-            if graphs and view not in self.graphs and t - first_step_of_view >= WARMUP_STEPS:
+            if graphs and view not in self.graphs and t - self.view_starts[view] >= WARMUP_STEPS:
                 self.graphs[view] = self.capture(view)
             if view in self.graphs:
                 self.graphs[view].replay()
@@ -233,12 +234,9 @@ def fast_unique_index_writes():
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
-def _feed(decode: StaticDecode, view_length: int) -> None:
-    decode.feed(view_length)
-
-
 @functools.cache
 def compiled_feed():
-    """StaticDecode.feed (the body's step) through torch.compile: one compilation per view length (a view is a
-    shape), each during its view's first rounds, before the capture (StaticDecode.run)."""
-    return torch.compile(_feed, dynamic=False)
+    """StaticDecode.feed (the body's step) through torch.compile, called as compiled_feed()(decode, view_length):
+    one compilation per view length (a view is a shape), each during its view's first rounds, before the
+    capture (StaticDecode.run)."""
+    return torch.compile(StaticDecode.feed, dynamic=False)

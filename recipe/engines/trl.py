@@ -642,7 +642,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         from accelerate.utils import broadcast_object_list
 
         verdict = [None]
-        last_eval["compute"] = compute_of(meter.metrics(), step, unit)
+        compute = last_eval["compute"] = compute_of(meter.metrics(), step, unit)
         # A sharded model's forward gathers its parameters from every rank, so every rank evaluates
         # (the same prompts and seeds: the same forward calls); unsharded, the main process alone does.
         if main or sharded:
@@ -651,8 +651,7 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             unwrapped.eval()
             with gathered_parameters(unwrapped):
                 record = {"step": step, **evaluate(evaluation_generator(trainer, unwrapped, tokenizer), task,
-                                                   step=step, compute=compute_of(meter.metrics(), step, unit),
-                                                   **eval_kwargs)}
+                                                   step=step, compute=compute, **eval_kwargs)}
             unwrapped.train()
             meter.evaluation_seconds += since(started)[0]
         if main:
