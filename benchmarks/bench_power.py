@@ -4,15 +4,16 @@
 
 Each protocol refits the sweep's own runs with some of: the compute axis (unit=flops | device_seconds | ...),
 the fit window and target (fit_at=, target=, in that unit), the seeds used (seeds=0/1), every k-th evaluation
-point kept (every=k; the step-0 point and the last are always kept), and the verdict margins (ratio= for
-budget.min_compute_ratio, shift= for budget.min_a_shift). Per protocol and variant: the MDE in A, in the pass
+point kept (every=k; the step-0 point and the last are always kept), the verdict margins (ratio= for
+budget.min_compute_ratio, shift= for budget.min_a_shift) and which fits the verdicts use (verdicts=window or
+run: budget.verdicts_from). Per protocol and variant: the MDE in A, in the pass
 rate at the target and in the compute to reach 50% / 90% of the base's gain (as ratios), and the verdict; then
 the largest MDEs over the axes, the numbers issue 52's acceptance names (<= 0.08 in A, <= x1.25 in compute); and
 the sd of one seed's paired difference in A beside what the evaluation's sampling noise alone gives it
 (evaluation_noise_in_a: each run's fit redrawn with the standard error its evaluations logged).
 
     --protocol 'flops:unit=flops,fit_at=5e12,target=1e13,ratio=1.0'
-    --protocol 'two-seeds:seeds=0/1'  --protocol 'sparse:every=2'
+    --protocol 'two-seeds:seeds=0/1'  --protocol 'sparse:every=2'  --protocol 'whole-run:verdicts=run'
 
 Output: a table per protocol on stdout and JSON in benchmarks/out/bench_power.json.
 """
@@ -30,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 OUT = REPO / "benchmarks" / "out"
 
-KEYS = {"unit": str, "fit_at": float, "target": float, "seeds": str, "every": int, "ratio": float, "shift": float}
+KEYS = {"unit": str, "fit_at": float, "target": float, "seeds": str, "every": int, "ratio": float, "shift": float,
+        "verdicts": str}
 
 
 def parse_protocol(text: str) -> tuple[str, dict]:
@@ -57,6 +59,8 @@ def refit(sweep_dir: Path, settings: dict, n_boot: int, draws: int) -> dict:
     data = load_sweep(sweep_dir)
     budget = data.budget
     changes = {key: settings[key] for key in ("unit", "fit_at", "target") if key in settings}
+    if "verdicts" in settings:
+        changes["verdicts_from"] = settings["verdicts"]
     if "ratio" in settings:
         changes["min_compute_ratio"] = settings["ratio"]
     if "shift" in settings:
@@ -86,7 +90,7 @@ def refit(sweep_dir: Path, settings: dict, n_boot: int, draws: int) -> dict:
         data.evals = pd.concat(kept).reset_index(drop=True)
     fits = fit_sweep(data, n_boot=n_boot)
     paired_sd_a = sweep_noise(fits).quantities["A"].s
-    eval_sd_a = evaluation_noise_in_a(data.evals, budget.fit_at, draws) if draws else math.nan
+    eval_sd_a = evaluation_noise_in_a(data.evals, budget.verdict_until, draws) if draws else math.nan
     table = fits.table.set_index("variant")
     variants = {}
     for name, row in table.iterrows():
@@ -99,7 +103,8 @@ def refit(sweep_dir: Path, settings: dict, n_boot: int, draws: int) -> dict:
     base = fits.variants.get(schema.BASE)
     points = data.evals.groupby("run_id").size()
     return {"budget": {"unit": budget.unit, "fit_at": budget.fit_at, "target": budget.target,
-                       "min_compute_ratio": budget.min_compute_ratio, "min_a_shift": budget.min_a_shift},
+                       "min_compute_ratio": budget.min_compute_ratio, "min_a_shift": budget.min_a_shift,
+                       "verdicts_from": budget.verdicts_from},
             "seeds": sorted(int(s) for s in data.runs["seed"].unique()),
             "points_per_run": [int(points.min()), int(points.max())],
             "base": {"A": float(base.fit.a), "C_mid": float(base.fit.c_mid)} if base else None,

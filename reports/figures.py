@@ -108,13 +108,14 @@ def _draw_variant(ax, v, budget, colour: str, label: str, *, band: bool = True, 
                linewidths=0, zorder=3)
     ax.scatter(curve["compute"][~inside], curve["pass_rate"][~inside], s=marker_size, facecolors="none",
                edgecolors=colour, linewidths=0.9, zorder=3)
-    start = max(v.fit.window[0], curve["compute"].min())
+    fit = v.prediction_fit  # the window's fit and its extrapolation (the verdicts' fit may reach the target)
+    start = max(fit.window[0], curve["compute"].min())
     fitted = np.geomspace(start, budget.fit_at, 120)
     extrapolated = np.geomspace(budget.fit_at, max(budget.target, curve["compute"].max()), 120)
-    ax.plot(fitted, v.fit.predict(fitted), color=colour, lw=1.8, label=label, zorder=4)
-    ax.plot(extrapolated, v.fit.predict(extrapolated), color=colour, lw=1.6, ls="--", zorder=4)
+    ax.plot(fitted, fit.predict(fitted), color=colour, lw=1.8, label=label, zorder=4)
+    ax.plot(extrapolated, fit.predict(extrapolated), color=colour, lw=1.6, ls="--", zorder=4)
     if band:
-        low, high = _band(v.fit, v.boot, extrapolated)
+        low, high = _band(fit, v.prediction_boot, extrapolated)
         ax.fill_between(extrapolated, low, high, color=colour, alpha=0.15, linewidth=0, zorder=2)
 
 
@@ -147,7 +148,8 @@ def curves_figure(fits):
                           f"extrapolated to {budget.target:g} {UNIT_LABELS.get(budget.unit, budget.unit)}")
         ax = fig.add_axes([0.07, 0.1, 0.6, 0.8])
         for name, v in fits.variants.items():
-            _draw_variant(ax, v, budget, colours[name], legend_label(name, f"A = {v.fit.a:.3f}, B = {v.fit.b:.2f}"))
+            _draw_variant(ax, v, budget, colours[name], legend_label(name, f"A = {v.prediction_fit.a:.3f}, "
+                                                                      f"B = {v.prediction_fit.b:.2f}"))
         for name in fits.failures:  # still worth seeing: why it could not be fitted is often visible
             rows = fits.data.evals[(fits.data.evals["variant"] == name) & (fits.data.evals["compute"] > 0)]
             ax.scatter(rows["compute"], rows["pass_rate"], s=16, marker="x", color=colours[name],

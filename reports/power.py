@@ -55,7 +55,7 @@ def sweep_noise(fits, wall_seconds: float | None = None) -> SweepNoise:
         if v.boot.prediction_ci is not None:
             within["pred_at_target"].append((v.boot.prediction_ci[1] - v.boot.prediction_ci[0]) * scale)
     quantities = {}
-    values = seed_quantities(seed_fits, schema.BASE, fit_at=budget.fit_at, target=budget.target) \
+    values = seed_quantities(seed_fits, schema.BASE, fit_at=budget.verdict_until, target=budget.target) \
         if schema.BASE in seed_fits else {}
     for quantity in QUANTITIES:
         by_variant = values.get(quantity, {})

@@ -51,8 +51,9 @@ def power_law_table(fits) -> tuple[pd.DataFrame, list[str]]:
             notes.append(f"{name}: power law not fitted: {error}")
             continue
         observed = v.score.observed
-        sigmoid_pred, power_pred = float(v.fit.predict(budget.target)), float(power.predict(budget.target))
-        rows.append({"variant": name, "sigmoid_A": v.fit.a, "power_law_A": power.a,
+        sigmoid = v.prediction_fit  # fitted on the same window as the power law
+        sigmoid_pred, power_pred = float(sigmoid.predict(budget.target)), float(power.predict(budget.target))
+        rows.append({"variant": name, "sigmoid_A": sigmoid.a, "power_law_A": power.a,
                      "power_law_A_at_bound": power.a_at_bound, "sigmoid_pred": sigmoid_pred,
                      "power_law_pred": power_pred, "observed_at_target": observed,
                      "sigmoid_error": sigmoid_pred - observed, "power_law_error": power_pred - observed,
@@ -96,9 +97,9 @@ def power_law_figure(fits, table: pd.DataFrame):
             v, colour = fits.variants[row["variant"]], colours.get(row["variant"], "0.3")
             curve = v.curve[v.curve["compute"] > 0]
             ax.scatter(curve["compute"], curve["pass_rate"], s=10, color=colour, alpha=0.7, linewidths=0, zorder=3)
-            grid = np.geomspace(max(v.fit.window[0], curve["compute"].min()),
+            grid = np.geomspace(max(v.prediction_fit.window[0], curve["compute"].min()),
                                 max(EXTEND * budget.target, curve["compute"].max()), 200)
-            ax.plot(grid, v.fit.predict(grid), color=colour, lw=1.7, zorder=4)
+            ax.plot(grid, v.prediction_fit.predict(grid), color=colour, lw=1.7, zorder=4)
             ax.plot(grid, row["power_law_fit"].predict(grid), color="0.1", lw=1.3, ls="--", zorder=4)
             ax.axhline(row["sigmoid_A"], color=colour, lw=0.8, alpha=0.6)
             ax.axhline(row["power_law_A"], color="0.1", lw=0.8, alpha=0.6)

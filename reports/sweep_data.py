@@ -33,7 +33,8 @@ class SweepDataError(ValueError):
 
 @dataclass(frozen=True)
 class Budget:
-    """The compute budget of the sweep, in `unit`: fit on [burn_in, fit_at], predict and score at target."""
+    """The compute budget of the sweep, in `unit`: fit on [burn_in, fit_at], predict and score at target;
+    verdicts from the fits on [burn_in, verdict_until] (sweeps.spec.BudgetSpec.verdicts_from)."""
 
     unit: str
     burn_in: float
@@ -44,6 +45,12 @@ class Budget:
     fit_weights: str = "compute"  # fitting.fit_sigmoid's weights: "compute" (fitting.point_weights) or "equal"
     min_compute_ratio: float = MIN_COMPUTE_RATIO  # the smallest effects a verdict is made on (fitting.seeds)
     min_a_shift: float = MIN_A_SHIFT
+    verdicts_from: str = "window"  # "window": the fits on [burn_in, fit_at]; "run": on [burn_in, target]
+
+    @property
+    def verdict_until(self) -> float:
+        """Where the fits the verdicts come from end: fit_at (the window), or target (the whole run)."""
+        return self.target if self.verdicts_from == "run" else self.fit_at
 
     @property
     def compute_key(self) -> str:
@@ -102,7 +109,8 @@ def budget_from_meta(meta: Mapping) -> tuple[Budget, list[str]]:
                   fit_method=str(budget.get(schema.BUDGET_FIT_METHOD) or "default"),
                   fit_weights=str(budget.get(schema.BUDGET_FIT_WEIGHTS) or "compute"),
                   min_compute_ratio=float(budget.get(schema.BUDGET_MIN_COMPUTE_RATIO, MIN_COMPUTE_RATIO)),
-                  min_a_shift=float(budget.get(schema.BUDGET_MIN_A_SHIFT, MIN_A_SHIFT))), notes
+                  min_a_shift=float(budget.get(schema.BUDGET_MIN_A_SHIFT, MIN_A_SHIFT)),
+                  verdicts_from=str(budget.get(schema.BUDGET_VERDICTS_FROM) or "window")), notes
 
 
 def flatten_config(data: Mapping, prefix: str = "") -> dict[str, str]:

@@ -12,6 +12,11 @@ in whatever unit budget.unit is), scored at target against the mean of the point
 target * (1 +- observed_window). With several seeds the table row is the fit of the seed-mean curve
 (pass rate and compute averaged per evaluation step over the seeds that reached it) and A_seed_sd is
 the spread of the per-seed fits' A. Verdicts come from fitting.compare_loo on those fits.
+
+With budget.verdicts_from "run" the table's A, B, C_mid and the verdicts come from fits on burn_in <= C <=
+target instead (every point the runs observed: a ceiling extrapolated from 9x C_mid rather than 4x), while
+the prediction columns and the curves page still show the window's fits, extrapolated to the target and
+scored there.
 """
 
 from __future__ import annotations
@@ -47,6 +52,16 @@ class VariantFit:
     seed_scores: dict[int, object] = field(default_factory=dict)
     spread: object | None = None  # fitting.SeedSpread when >= 2 seeds fitted
     seed_prediction_ci: tuple[float, float] | None = None  # with >= 2 seeds: includes run-to-run variance
+    # The window's fits, whose predictions at the target `score` and `seed_scores` hold: the same objects as
+    # fit / boot / seed_fits unless budget.verdicts_from is "run" (then those are fitted to the target).
+    prediction_fit: object | None = None
+    prediction_boot: object | None = None
+    prediction_seed_fits: dict[int, object] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.prediction_fit is None:
+            self.prediction_fit, self.prediction_boot = self.fit, self.boot
+            self.prediction_seed_fits = dict(self.seed_fits)
 
 
 @dataclass
@@ -74,8 +89,11 @@ class SweepFits:
         """What the table shows, in one sentence (the report and the printed table use it)."""
         budget, seeds = self.data.budget, self.data.runs["seed"].nunique()
         window = (f"fit on {budget.burn_in:g} <= C <= {budget.fit_at:g} {budget.unit}, predicted at {budget.target:g}"
-                  + (" (the paper's grid fit)" if budget.fit_method == "paper" else "")
-                  + (", points weighted equally" if budget.fit_weights == "equal" else ""))
+                  if budget.verdicts_from == "window" else
+                  f"A, B, C_mid and verdicts fit on {budget.burn_in:g} <= C <= {budget.target:g} {budget.unit} (the "
+                  f"whole run); predictions fit on C <= {budget.fit_at:g}, scored at {budget.target:g}")
+        window += ((" (the paper's grid fit)" if budget.fit_method == "paper" else "")
+                   + (", points weighted equally" if budget.fit_weights == "equal" else ""))
         if seeds > 1:
             return (f"{window}; each row fits the seed-mean curve over {seeds} seeds "
                     "(A_seed_sd: sd of the per-seed fits' A)")
@@ -90,18 +108,27 @@ def _r0_options(curve: pd.DataFrame) -> tuple[dict, str | None]:
     return {"fit_r0": True}, "no step-0 evaluation: R0 fitted"
 
 
-def _fit_curve(curve: pd.DataFrame, budget):
+def _fit_curve(curve: pd.DataFrame, budget, fit_until: float | None = None):
+    """(fit on [burn_in, fit_until (default budget.fit_at)], its score at the target, R0 note)."""
     from fitting import fit_sigmoid, score_extrapolation
     from fitting.fit import window_method_options
 
     options, note = _r0_options(curve)
     compute, pass_rate = curve["compute"].to_numpy(), curve["pass_rate"].to_numpy()
-    fit = fit_sigmoid(compute, pass_rate, burn_in=budget.burn_in, fit_until=budget.fit_at,
+    fit = fit_sigmoid(compute, pass_rate, burn_in=budget.burn_in,
+                      fit_until=budget.fit_at if fit_until is None else fit_until,
                       **window_method_options(budget.fit_method), weights=budget.fit_weights,
                       **options)
     halfwidth = {} if budget.observed_window is None else {"observed_halfwidth": budget.observed_window}
     score = score_extrapolation(fit, compute, pass_rate, target=budget.target, **halfwidth)
     return fit, score, note
+
+
+def _verdict_fit(curve: pd.DataFrame, budget, window_fit):
+    """The fit the verdicts use: the window's own fit, or (verdicts_from "run") one on [burn_in, target]."""
+    if budget.verdicts_from != "run":
+        return window_fit
+    return _fit_curve(curve, budget, fit_until=budget.verdict_until)[0]
 
 
 def seed_mean_curve(evals: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -145,10 +172,13 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
         if rows.empty:
             failures[name] = "no evaluation points"
             continue
-        seed_fits, seed_scores = {}, {}
+        # Each seed's window fit (its prediction, scored at the target) and the fit its verdicts use.
+        seed_fits, seed_scores, window_seed_fits = {}, {}, {}
         for run_seed, seed_rows in rows.groupby("seed"):
+            seed_rows = seed_rows.sort_values("step")
             try:
-                seed_fits[run_seed], seed_scores[run_seed], _ = _fit_curve(seed_rows.sort_values("step"), budget)
+                window_seed_fits[run_seed], seed_scores[run_seed], _ = _fit_curve(seed_rows, budget)
+                seed_fits[run_seed] = _verdict_fit(seed_rows, budget, window_seed_fits[run_seed])
             except FitInputError as error:
                 notes.append(f"{name} seed {run_seed}: not fitted: {error}")
         curve, dropped = seed_mean_curve(rows) if rows["seed"].nunique() > 1 else (
@@ -156,8 +186,11 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
         if dropped:
             notes.append(f"{name}: {dropped} evaluation step(s) not reached by every seed left out of the seed mean")
         try:
-            fit, score, r0_note = _fit_curve(curve, budget)
-            boot = bootstrap_fit(fit, n_boot=n_boot, target=budget.target, seed=seed)
+            window_fit, score, r0_note = _fit_curve(curve, budget)
+            window_boot = bootstrap_fit(window_fit, n_boot=n_boot, target=budget.target, seed=seed)
+            fit = _verdict_fit(curve, budget, window_fit)
+            boot = window_boot if fit is window_fit else bootstrap_fit(fit, n_boot=n_boot, target=budget.target,
+                                                                         seed=seed)
         except FitInputError as error:
             failures[name] = str(error)
             continue
@@ -168,20 +201,22 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
             variant=name, axis=str(job["axis"]), choice=str(job["choice"]), seeds=sorted(rows["seed"].unique()),
             curve=curve, fit=fit, boot=boot, score=observed_over_seeds(score, seed_scores, rows["seed"].nunique()),
             seed_fits=seed_fits, seed_scores=seed_scores,
-            spread=seed_spread(fitted, target=budget.target) if len(fitted) >= 2 else None)
+            spread=seed_spread(fitted, target=budget.target) if len(fitted) >= 2 else None,
+            prediction_fit=window_fit, prediction_boot=window_boot, prediction_seed_fits=window_seed_fits)
     for name, reason in failures.items():
         notes.append(f"{name}: not fitted: {reason}")
     comparison = None
     if schema.BASE in variants:
         seed_fits = {n: {s: f for s, f in v.seed_fits.items() if f is not None} for n, v in variants.items()}
         comparison = compare_loo({n: v.fit for n, v in variants.items()}, base=schema.BASE, n_boot=n_boot, seed=seed,
-                                 seed_fits=seed_fits, fit_at=budget.fit_at, target=budget.target,
+                                 seed_fits=seed_fits, fit_at=budget.verdict_until, target=budget.target,
                                  min_compute_ratio=budget.min_compute_ratio, min_a_shift=budget.min_a_shift)
     elif variants:
         notes.append("no fitted base run: no deltas and no verdicts")
     # Every run's own fit (the seed fits; a one-seed sweep's variant fit is its run's fit). Its note
     # goes under the LOO table (table.attrs["shape_note"]), in the printed table and in the report.
-    shape = window_end_check([f for v in variants.values() for f in (v.seed_fits.values() or [v.fit])])
+    shape = window_end_check([f for v in variants.values()
+                              for f in (v.prediction_seed_fits.values() or [v.prediction_fit])])
     if comparison is not None:
         _seed_prediction_intervals(variants, budget.target, shape_sd=shape.rms_residual if shape else 0.0)
     # How precise each evaluation point is (its logged sampling se): a note when too noisy for the margin.
@@ -205,7 +240,7 @@ def _seed_prediction_intervals(variants: dict[str, VariantFit], target: float, l
 
     from fitting.seeds import pooled_sd
 
-    predictions = {n: [float(f.predict(target)) for f in v.seed_fits.values() if f is not None]
+    predictions = {n: [float(f.predict(target)) for f in v.prediction_seed_fits.values() if f is not None]
                    for n, v in variants.items()}
     sd, df = pooled_sd(predictions)
     for name, v in variants.items():
@@ -335,7 +370,7 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
         v = fits.variants.get(name)
         if v is not None:
             fit, boot, score = v.fit, v.boot, v.score
-            prediction_ci = v.seed_prediction_ci or boot.prediction_ci
+            prediction_ci = v.seed_prediction_ci or v.prediction_boot.prediction_ci
             row.update(n_points=fit.n_points, R0=fit.r0, A=fit.a, A_lo=boot.a_ci[0], A_hi=boot.a_ci[1], B=fit.b,
                        C_mid=fit.c_mid, pred_at_target=score.predicted, pred_lo=prediction_ci[0],
                        pred_hi=prediction_ci[1], pred_interval="seeds" if v.seed_prediction_ci else "within-run",

@@ -77,7 +77,8 @@ def title_text(fits) -> tuple[str, str]:
         f"{others} variant{'s' if others != 1 else ''}")
     parts = [f"base {meta.get(schema.SWEEP_BASE, 'unknown')}",
              f"{changed} x {len(seeds)} seed{'s' if len(seeds) != 1 else ''} ({', '.join(map(str, seeds))})",
-             f"budget in {unit}: fit to {budget.fit_at:g}, predicted at {budget.target:g}"]
+             f"budget in {unit}: fit to {budget.fit_at:g}, predicted at {budget.target:g}"
+             + ("; verdicts fit to the target" if budget.verdicts_from == "run" else "")]
     if meta.get(schema.SWEEP_MACHINE):
         parts.append(str(meta[schema.SWEEP_MACHINE]))
     if _date(meta.get(schema.SWEEP_CREATED)):
@@ -246,7 +247,8 @@ def setup_rows(fits) -> list[tuple[str, str]]:
         ("Executor", str(meta.get(schema.SWEEP_EXECUTOR, "unknown"))),
         ("Read from", str(data.source)),
         ("Budget", f"unit {unit}; burn-in {budget.burn_in:g}; fit at {budget.fit_at:g}; target {budget.target:g}; "
-                   f"fit method {budget.fit_method}, weights {budget.fit_weights}"),
+                   f"fit method {budget.fit_method}, weights {budget.fit_weights}; verdicts from the "
+                   + ("whole run's fits (to the target)" if budget.verdicts_from == "run" else "window's fits")),
         ("Seeds", ", ".join(map(str, seeds))),
         ("Jobs", f"{len(data.runs)} ({data.runs['variant'].nunique()} variants x seeds); "
                  f"{len(data.evals)} evaluation points"),

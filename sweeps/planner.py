@@ -352,7 +352,8 @@ def format_plan(spec: SweepSpec, jobs: list[Job], verbose: bool = False, notes: 
     lines.append("")
     lines.append(
         f"{len(jobs)} jobs: {variants} variants x {len(spec.seeds)} seed(s); executor {spec.executor.name}; "
-        f"train to {budget.target:g} {budget.unit}, fit on [{budget.burn_in:g}, {budget.fit_at:g}]; "
+        f"train to {budget.target:g} {budget.unit}, fit on [{budget.burn_in:g}, {budget.fit_at:g}]"
+        f"{' (verdicts on the whole run)' if budget.verdicts_from == 'run' else ''}; "
         f"output {output_dir(spec)}"
     )
     lines.extend(scan_lines(jobs))

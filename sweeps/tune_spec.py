@@ -297,7 +297,7 @@ def check_total_batch(spec: TuneSpec, params: list[ParamSpec]) -> None:
 
 # Budget keys shared with a sweep spec that only LOO verdicts read: tune makes no verdicts, so it refuses
 # any value but the default (check_tune_values) and leaves them out of a study's identity (tune.py).
-VERDICT_ONLY_BUDGET_KEYS = ("min_compute_ratio", "min_a_shift")
+VERDICT_ONLY_BUDGET_KEYS = ("min_compute_ratio", "min_a_shift", "verdicts_from")
 
 
 MAX_TRIALS = 100_000  # each trial is a training run; Optuna's TPE slows with the study's size

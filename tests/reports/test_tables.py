@@ -335,3 +335,50 @@ def test_the_table_gives_the_compute_to_reach_mde_of_every_variant(sweep_fits):
     mde = sweep_fits.comparison.variants["loss=dapo"].effects
     assert shown["loss=dapo"] == f"x{math.exp(mde['reach_50'].mde):.2f} / x{math.exp(mde['reach_90'].mde):.2f}"
     assert shown["precision=fp32_head=false"].endswith(" / -")  # it never reaches 90% of the base's gain
+
+
+def test_verdicts_from_the_whole_run_fit_to_the_target_while_predictions_stay_the_windows(tmp_path):
+    # budget.verdicts_from: run fits A, B, C_mid and the verdicts on [burn_in, target] (every point observed);
+    # the prediction columns, the seed prediction interval and the curves page keep the window's fits.
+    import json
+
+    sweep_dir = make_sweep(tmp_path)
+    window = fit_sweep(load_sweep(sweep_dir), n_boot=50)
+    meta = json.loads((sweep_dir / schema.SWEEP_FILE).read_text())
+    meta["budget"]["verdicts_from"] = "run"
+    (sweep_dir / schema.SWEEP_FILE).write_text(json.dumps(meta))
+    run = fit_sweep(load_sweep(sweep_dir), n_boot=50)
+    budget = run.data.budget
+    assert (budget.verdicts_from, budget.verdict_until) == ("run", budget.target)
+    for name, v in run.variants.items():
+        w = window.variants[name]
+        assert v.prediction_fit.window == w.fit.window and v.prediction_fit.a == w.fit.a
+        assert max(v.prediction_fit.compute) <= budget.fit_at < max(v.fit.compute) <= budget.target * 1.05
+        for seed, fit in v.seed_fits.items():
+            assert max(v.prediction_seed_fits[seed].compute) <= budget.fit_at < max(fit.compute)
+        # the scored prediction is the window's extrapolation, not the whole run's fit
+        assert v.score.predicted == pytest.approx(w.score.predicted)
+        assert v.seed_prediction_ci == pytest.approx(w.seed_prediction_ci)
+        assert v.prediction_fit is not v.fit and w.prediction_fit is w.fit
+    table, window_table = run.table.set_index("variant"), window.table.set_index("variant")
+    assert dict(table["verdict"]) == EXPECTED_VERDICTS
+    assert table.loc["base", "A"] == pytest.approx(run.variants["base"].fit.a)
+    assert (table["pred_at_target"] == window_table["pred_at_target"]).all()
+    # more of each curve: every ceiling is better placed than the window's extrapolation places it
+    variants = [n for n in table.index if n != "base"]
+    assert (table.loc[variants, "MDE_A"] < window_table.loc[variants, "MDE_A"]).all()
+    assert "verdicts fit on 0 <= C <= 240" in run.caption() and "predictions fit on C <= 120" in run.caption()
+    runs = run.run_table.set_index("run_id")
+    job = run.data.runs.iloc[0]
+    assert runs.loc[job.run_id, "A"] == pytest.approx(run.variants[job.variant].seed_fits[job.seed].a)
+    # the curves page draws the window's fit and its extrapolation, as the prediction columns read
+    import matplotlib.pyplot as plt
+
+    from reports.figures import curves_figure
+
+    figure = curves_figure(run)
+    base = run.variants["base"]
+    labels = [label for ax in figure.axes for label in ax.get_legend_handles_labels()[1]]
+    assert any(f"A = {base.prediction_fit.a:.3f}" in label for label in labels)
+    assert not any(f"A = {base.fit.a:.3f}" in label for label in labels)
+    plt.close(figure)

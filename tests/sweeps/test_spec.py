@@ -136,3 +136,14 @@ def test_verdict_margins_are_checked_and_default_to_fittings():
         spec_from_dict({"name": "t", "budget": {**budget, "min_a_shift": -0.01}}, "spec.yaml")
     plain = spec_from_dict({"name": "t", "budget": {**budget, "min_compute_ratio": 1, "min_a_shift": 0}}, "spec.yaml")
     assert (plain.budget.min_compute_ratio, plain.budget.min_a_shift) == (1.0, 0.0)
+
+
+def test_the_fits_verdicts_come_from_are_named_and_checked():
+    from sweeps.spec import spec_from_dict
+
+    budget = {"fit_at": 10, "target": 20}
+    assert spec_from_dict({"name": "t", "budget": budget}, "spec.yaml").budget.verdicts_from == "window"
+    assert spec_from_dict({"name": "t", "budget": {**budget, "verdicts_from": "run"}},
+                          "spec.yaml").budget.verdicts_from == "run"
+    with pytest.raises(ConfigError, match=r"budget\.verdicts_from: got 'target', expected window .* or run"):
+        spec_from_dict({"name": "t", "budget": {**budget, "verdicts_from": "target"}}, "spec.yaml")

@@ -164,3 +164,6 @@ def test_tune_refuses_the_verdict_margins_it_would_not_use(tmp_path):
     spec_file.write_text(text.replace("budget:\n", "budget:\n  min_compute_ratio: 1.2\n", 1))
     with pytest.raises(ConfigError, match=r"budget\.min_compute_ratio: tune ranks trials .* remove it"):
         load_tune_spec(spec_file)
+    spec_file.write_text(text.replace("budget:\n", "budget:\n  verdicts_from: run\n", 1))
+    with pytest.raises(ConfigError, match=r"budget\.verdicts_from: tune ranks trials .* remove it"):
+        load_tune_spec(spec_file)
