@@ -44,6 +44,8 @@ def parse_protocol(text: str) -> tuple[str, dict]:
         if key not in KEYS:
             raise SystemExit(f"--protocol {text!r}: unknown key {key!r}; expected one of {', '.join(KEYS)}")
         settings[key] = KEYS[key](value)
+    if settings.get("verdicts", "window") not in ("window", "run"):
+        raise SystemExit(f"--protocol {text!r}: verdicts={settings['verdicts']!r}; expected window or run")
     return name or "as run", settings
 
 
@@ -164,6 +166,7 @@ def _max(values) -> float | None:
 def show(name: str, result: dict) -> None:
     budget = result["budget"]
     print(f"\n{name}: unit {budget['unit']}, fit on [0, {budget['fit_at']:g}], target {budget['target']:g}, "
+          f"verdicts from the {'whole run' if budget['verdicts_from'] == 'run' else 'window'}, "
           f"seeds {result['seeds']}, {result['points_per_run'][0]}-{result['points_per_run'][1]} points a run, "
           f"margins x{budget['min_compute_ratio']:g} / {budget['min_a_shift']:g}; base {result['base']}")
     print(f"  {'variant':<58} {'MDE A':>6} {'MDE pred':>8} {'MDE x50%':>8} {'MDE x90%':>8}  verdict")

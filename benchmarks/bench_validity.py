@@ -77,7 +77,7 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
     runs = []  # (variant, seed, predicted, observed)
     run_fits = {}  # (variant, seed) -> the run's own fit (for the shape term of (b))
     for name, v in fits.variants.items():
-        for seed, fit in v.seed_fits.items():
+        for seed, fit in v.prediction_seed_fits.items():  # the window's fits, whose predictions are scored
             score = v.seed_scores.get(seed)
             if fit is None or score is None or score.observed is None or not math.isfinite(score.observed):
                 continue

@@ -411,7 +411,7 @@ def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float
             return SeedVerdict(CEILING_MOVER, direction,
                                f"A {a.estimate:+.3f} [{a.low:+.3f}, {a.high:+.3f}] over {n} seeds", effects,
                                identifiable, budget)
-        why = pinned_note or f"needs fit_at >= {budget:.3g}"
+        why = pinned_note or f"needs a fit reaching >= {budget:.3g}"
         notes = f"; A looks {direction} but is not identifiable ({why})"
     reach_effects = [effects[k] for k in (_reach_key(f) for f in REACH_LEVELS) if k in effects]
     small = [f"compute to {e.quantity.removeprefix('reach_')}% {ratio_text(e.estimate)} "

@@ -225,7 +225,7 @@ def slope_figure(fits):
         ax.set_ylabel("F(R) = C_mid^B / ((A - R0) / (R - R0) - 1)   (log scale)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, title="variant, B [95% CI]")
         fig.text(0.69, 0.1, "On the fitted curve F(R) = C^B: each variant is a\nstraight line of slope B in "
-                 "log-log axes.\nPoints with R >= A or R <= R0 have no F (left out).\nFit-window points only.",
+                 "log-log axes.\nPoints with R >= A or R <= R0 have no F (left out).\nThe verdict fits' points only.",
                  fontsize=9, va="bottom")
     return fig
 

@@ -236,8 +236,8 @@ def _table_legend(fits) -> str:
         f"Rows: {fits.caption()}.",
         "A: asymptote with 95% bootstrap interval; B: efficiency exponent of the free fit; B at A=...: refit with "
         "A fixed to the common value (the slope plot);",
-        f"C_mid: compute at half the gain, in {figures.UNIT_LABELS.get(budget.unit, budget.unit)}; pred: the fit's "
-        f"prediction at target; obs: mean of the evaluations within target x (1 +- {window:g});",
+        f"C_mid: compute at half the gain, in {figures.UNIT_LABELS.get(budget.unit, budget.unit)}; pred: the "
+        f"window fit's prediction at target; obs: mean of the evaluations within target x (1 +- {window:g});",
         "error = pred - obs; ok: |error| <= 0.02 (the paper's noise margin on A).",
     ]
     if fits.table["low_truncation_steps"].notna().any():

@@ -130,7 +130,8 @@ def scan_figure(fits):
         curves = fig.add_axes([0.06, 0.1, 0.47, 0.8])
         for r in rows:
             v = fits.variants[r["variant"]]
-            label = f"{_value_text(r['value'])}{' (ref)' if r['reference'] else ''}: A {r['A']:.3f}, B {r['B']:.2f}"
+            drawn = v.prediction_fit  # the window's fit, as the curves page draws it
+            label = f"{_value_text(r['value'])}{' (ref)' if r['reference'] else ''}: A {drawn.a:.3f}, B {drawn.b:.2f}"
             figures._draw_variant(curves, v, budget, colours[r["variant"]], label, band=r["reference"], marker_size=10)
         figures._budget_lines(curves, budget)
         figures._style_curve_axes(curves, budget)

@@ -25,6 +25,7 @@ BUDGET_TARGET, BUDGET_OBSERVED_WINDOW, BUDGET_FIT_METHOD = "target", "observed_w
 BUDGET_FIT_WEIGHTS = "fit_weights"
 BUDGET_MIN_COMPUTE_RATIO, BUDGET_MIN_A_SHIFT = "min_compute_ratio", "min_a_shift"
 BUDGET_VERDICTS_FROM = "verdicts_from"
+VERDICT_FITS = ("window", "run")  # budget.verdicts_from (sweeps.spec.VERDICT_FITS)
 
 # plan.json: one entry per job
 PLAN_RUN_ID, PLAN_AXIS, PLAN_CHOICE, PLAN_VARIANT = "run_id", "axis", "choice", "variant"

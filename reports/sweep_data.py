@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH
 from fitting.seeds import MIN_A_SHIFT, MIN_COMPUTE_RATIO
 from reports import schema
 
@@ -49,8 +50,18 @@ class Budget:
 
     @property
     def verdict_until(self) -> float:
-        """Where the fits the verdicts come from end: fit_at (the window), or target (the whole run)."""
+        """The compute the verdicts refer to: fit_at (the window), or the target (the whole run). The reach
+        levels are fractions of the gain the base made by it; a ceiling claim needs it past 3x C_mid."""
         return self.target if self.verdicts_from == "run" else self.fit_at
+
+    @property
+    def verdict_fit_until(self) -> float:
+        """Where the verdicts' fits end: fit_at, or (the whole run) the target's observed window's far end, so
+        the point where each job stopped, the first at or past the target, is in."""
+        if self.verdicts_from != "run":
+            return self.fit_at
+        halfwidth = DEFAULT_OBSERVED_HALFWIDTH if self.observed_window is None else self.observed_window
+        return self.target * (1 + halfwidth)
 
     @property
     def compute_key(self) -> str:
@@ -104,13 +115,17 @@ def budget_from_meta(meta: Mapping) -> tuple[Budget, list[str]]:
         fit_at = float(target) / 2
         notes.append(f"budget.fit_at not set: fitting up to half the target ({fit_at:g})")
     window = budget.get(schema.BUDGET_OBSERVED_WINDOW)
+    verdicts_from = str(budget.get(schema.BUDGET_VERDICTS_FROM) or "window")
+    if verdicts_from not in schema.VERDICT_FITS:
+        raise SweepDataError(f"{schema.SWEEP_FILE}: budget.{schema.BUDGET_VERDICTS_FROM} is {verdicts_from!r}; "
+                             f"expected one of {', '.join(schema.VERDICT_FITS)}")
     return Budget(unit=str(unit), burn_in=float(budget.get(schema.BUDGET_BURN_IN) or 0.0), fit_at=float(fit_at),
                   target=float(target), observed_window=None if window is None else float(window),
                   fit_method=str(budget.get(schema.BUDGET_FIT_METHOD) or "default"),
                   fit_weights=str(budget.get(schema.BUDGET_FIT_WEIGHTS) or "compute"),
                   min_compute_ratio=float(budget.get(schema.BUDGET_MIN_COMPUTE_RATIO, MIN_COMPUTE_RATIO)),
                   min_a_shift=float(budget.get(schema.BUDGET_MIN_A_SHIFT, MIN_A_SHIFT)),
-                  verdicts_from=str(budget.get(schema.BUDGET_VERDICTS_FROM) or "window")), notes
+                  verdicts_from=verdicts_from), notes
 
 
 def flatten_config(data: Mapping, prefix: str = "") -> dict[str, str]:

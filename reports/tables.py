@@ -89,7 +89,7 @@ class SweepFits:
         """What the table shows, in one sentence (the report and the printed table use it)."""
         budget, seeds = self.data.budget, self.data.runs["seed"].nunique()
         window = (f"fit on {budget.burn_in:g} <= C <= {budget.fit_at:g} {budget.unit}, predicted at {budget.target:g}"
-                  if budget.verdicts_from == "window" else
+                  if budget.verdicts_from != "run" else
                   f"A, B, C_mid and verdicts fit on {budget.burn_in:g} <= C <= {budget.target:g} {budget.unit} (the "
                   f"whole run); predictions fit on C <= {budget.fit_at:g}, scored at {budget.target:g}")
         window += ((" (the paper's grid fit)" if budget.fit_method == "paper" else "")
@@ -128,7 +128,7 @@ def _verdict_fit(curve: pd.DataFrame, budget, window_fit):
     """The fit the verdicts use: the window's own fit, or (verdicts_from "run") one on [burn_in, target]."""
     if budget.verdicts_from != "run":
         return window_fit
-    return _fit_curve(curve, budget, fit_until=budget.verdict_until)[0]
+    return _fit_curve(curve, budget, fit_until=budget.verdict_fit_until)[0]
 
 
 def seed_mean_curve(evals: pd.DataFrame) -> tuple[pd.DataFrame, int]:
@@ -178,9 +178,14 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
             seed_rows = seed_rows.sort_values("step")
             try:
                 window_seed_fits[run_seed], seed_scores[run_seed], _ = _fit_curve(seed_rows, budget)
-                seed_fits[run_seed] = _verdict_fit(seed_rows, budget, window_seed_fits[run_seed])
             except FitInputError as error:
                 notes.append(f"{name} seed {run_seed}: not fitted: {error}")
+                continue
+            try:
+                seed_fits[run_seed] = _verdict_fit(seed_rows, budget, window_seed_fits[run_seed])
+            except FitInputError as error:  # its prediction stands; no verdict rests on it
+                notes.append(f"{name} seed {run_seed}: the fit to the target (budget.verdicts_from: run) failed: "
+                             f"{error}")
         curve, dropped = seed_mean_curve(rows) if rows["seed"].nunique() > 1 else (
             rows.sort_values("step")[["step", "compute", "pass_rate"]].reset_index(drop=True), 0)
         if dropped:
@@ -188,11 +193,15 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
         try:
             window_fit, score, r0_note = _fit_curve(curve, budget)
             window_boot = bootstrap_fit(window_fit, n_boot=n_boot, target=budget.target, seed=seed)
+        except FitInputError as error:
+            failures[name] = str(error)
+            continue
+        try:
             fit = _verdict_fit(curve, budget, window_fit)
             boot = window_boot if fit is window_fit else bootstrap_fit(fit, n_boot=n_boot, target=budget.target,
                                                                          seed=seed)
         except FitInputError as error:
-            failures[name] = str(error)
+            failures[name] = f"the fit to the target (budget.verdicts_from: run) failed: {error}"
             continue
         if r0_note:
             notes.append(f"{name}: {r0_note}")
@@ -375,8 +384,7 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                        C_mid=fit.c_mid, pred_at_target=score.predicted, pred_lo=prediction_ci[0],
                        pred_hi=prediction_ci[1], pred_interval="seeds" if v.seed_prediction_ci else "within-run",
                        observed_at_target=score.observed, error=score.error,
-                       within_margin=score.within_margin, verdict="-",
-                       flags=", ".join(dict.fromkeys(score.flags + boot.flags)))
+                       within_margin=score.within_margin, verdict="-", flags=_flags(v))
             if v.spread is not None:
                 row["A_seed_sd"] = v.spread.std["a"]
             if comparison is not None:
@@ -384,6 +392,7 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                 row.update(B_fixed_A=c.fixed_a_fit.b, B_fixed_A_lo=c.b_fixed_ci[0], B_fixed_A_hi=c.b_fixed_ci[1],
                            delta_A=c.delta_a, delta_B=c.delta_b, verdict=c.verdict, direction=c.direction or "",
                            reason=verdict_why(c.verdict, c.direction, c.effects, ceiling_budget=c.ceiling_budget,
+                                              budget_key=_ceiling_key(fits.data.budget),
                                               a_pinned=_a_pinned(fits, name), fallback=c.reason),
                            ceiling_identifiable=c.ceiling_identifiable,
                            ceiling_budget=c.ceiling_budget)
@@ -400,11 +409,26 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(schema.LOO_COLUMNS))
     frame["n_points"] = frame["n_points"].astype("Int64")
     frame.attrs.update(caption=fits.caption(), unit=fits.data.budget.unit, target=fits.data.budget.target,
+                       verdicts_from=fits.data.budget.verdicts_from,
                        min_compute_ratio=fits.data.budget.min_compute_ratio, min_a_shift=fits.data.budget.min_a_shift,
                        fixed_a=comparison.fixed_a if comparison is not None else math.nan,
                        shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "",
                        noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "")
     return frame
+
+
+def _ceiling_key(budget) -> str:
+    """The budget key a ceiling claim's compute is set by: the verdict fits' end."""
+    return "target" if budget.verdicts_from == "run" else "fit_at"
+
+
+def _flags(v: VariantFit) -> str:
+    """The prediction's flags (the window fit's score and bootstrap), then, when the verdicts have their own fit
+    (budget.verdicts_from: run), that fit's bootstrap flags, marked "verdict fit"."""
+    flags = v.score.flags + v.prediction_boot.flags
+    if v.boot is not v.prediction_boot:
+        flags += tuple(f"verdict fit {flag}" for flag in v.boot.flags)
+    return ", ".join(dict.fromkeys(flags))
 
 
 def _a_pinned(fits: SweepFits, name: str) -> str | None:
@@ -514,7 +538,8 @@ def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[
     """Header and cells of the seed-evidence table: paired effects vs the base with intervals, MDEs, reasons.
 
     Reach columns: the compute the variant needs to reach 50% / 90% of the gain the base made by
-    fit_at, as a multiple of the base's (x1.30 = 30% more compute: slower).
+    fit_at (the target with budget.verdicts_from: run), as a multiple of the base's (x1.30 = 30% more
+    compute: slower).
     """
     from fitting.seeds import ratio_text
 
@@ -556,6 +581,8 @@ def evidence_note(table: pd.DataFrame) -> str:
 
     tests, level = table_level(int((table["variant"] != schema.BASE).sum()))
     ratio, shift = table.attrs.get("min_compute_ratio", MIN_COMPUTE_RATIO), table.attrs.get("min_a_shift", MIN_A_SHIFT)
+    whole_run = table.attrs.get("verdicts_from") == "run"
+    by = "the target" if whole_run else "fit_at"
     return (
         "Evidence: each seed pairs a variant's run with the base's run of the same seed (same warm start, prompt "
         "order and sampling seed); an effect is the mean over seeds of variant - base, read from each seed's own fit. "
@@ -569,10 +596,13 @@ def evidence_note(table: pd.DataFrame) -> str:
         "the reason, with no verdict. "
         "MDE: the smallest true difference the sweep detects 80% of the time at that "
         "level, the margin included; >= marks a lower bound from one seed's within-run noise (no run-to-run variance "
-        "measured). Verdicts: "
+        "measured). "
+        + ("Effects are read from each run's fit on the whole run, to the target (budget.verdicts_from: run); d pred "
+           "is then the difference in the fitted pass rate at the target. " if whole_run else "")
+        + "Verdicts: "
         "ceiling mover = the dA interval clears the margin and every seed's A is identifiable (not at a bound, window "
         "past C_mid; nor may the variant's or the base's seed-mean A interval reach its bound); efficiency shaper = "
-        "the compute to reach 50% or 90% of the base's gain by fit_at differs beyond the margin (faster: less compute; "
+        f"the compute to reach 50% or 90% of the base's gain by {by} differs beyond the margin (faster: less compute; "
         "slower: more; mixed: one each); no detectable effect = neither, at the MDE shown; no verdict = fewer than 2 "
         "seeds.")
 

@@ -55,14 +55,15 @@ def _mde(effect) -> str:
 
 
 def verdict_why(verdict: str, direction: str | None, effects: dict, *, ceiling_budget: float = math.nan,
-                a_pinned: str | None = None, fallback: str = "") -> str:
+                a_pinned: str | None = None, fallback: str = "", budget_key: str = "fit_at") -> str:
     """Why a verdict, in one line: "called on <figure>" first, then "not called: <figure>, its ... short of ...".
 
     effects: fitting.seeds.PairedEffect by quantity ("A", "pred_at_target", "reach_50", "reach_90"), as
     fitting.seeds.seed_verdicts left them (each with its margin). The verdict is taken as given; the why
     names the figure(s) it rests on, the margin they clear, and every other figure that clears 0 but
     not its margin, or clears it but cannot be called (an A that is not identifiable: `a_pinned` says
-    why, else the fit_at a ceiling claim needs). base, no verdict and a verdict without effects keep
+    why, else the `budget_key` (fit_at; target with budget.verdicts_from: run) a ceiling claim needs). base, no
+    verdict and a verdict without effects keep
     `fallback` (fitting's reason: "the reference", "1 seed; run >= 2 seeds (MDE ...)").
     """
     a = effects.get("A")
@@ -78,7 +79,7 @@ def verdict_why(verdict: str, direction: str | None, effects: dict, *, ceiling_b
     short = []
     if verdict != CEILING_MOVER:  # a ceiling mover is called on A alone; its compute figures are in the table
         if a.significant:
-            why = a_pinned or f"a ceiling claim needs fit_at >= {ceiling_budget:.3g}"
+            why = a_pinned or f"a ceiling claim needs {budget_key} >= {ceiling_budget:.3g}"
             short.append(f"{effect_text(a)}, beyond the {margin_text(a, a.estimate)} margin but A is not "
                          f"identifiable ({why})")
         elif a.inside_margin:

@@ -12,6 +12,7 @@ power under the table's own Bonferroni level and margins, and what each option c
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +63,10 @@ def power_text(spec, jobs, args) -> str:
         raise UsageError(f"--power: {where} holds no finished sweep to measure noise from; run the spec (or a pilot "
                          "of it) first, or name a finished sweep directory with --pilot SWEEP_DIR")
     try:
-        fits = fit_sweep(load_sweep(pilot), n_boot=200)
+        data = load_sweep(pilot)
+        # the pilot's noise under the planned spec's verdict fits (a window's extrapolated A is ~3x noisier)
+        data.budget = dataclasses.replace(data.budget, verdicts_from=spec.budget.verdicts_from)
+        fits = fit_sweep(data, n_boot=200)
     except SweepDataError as error:
         raise UsageError(f"--pilot: {error}") from None
     if fits.comparison is None:

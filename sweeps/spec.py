@@ -35,7 +35,7 @@ from sweeps.slurm_options import check_slurm_options
 COMPUTE_UNITS = ("device_seconds", "device_hours", "flops", "samples", "tokens")
 FIT_METHODS = ("default", "paper")  # fitting.fit.METHODS, kept here so the spec stays numpy-free
 FIT_WEIGHTS = ("compute", "equal")  # fitting.fit.WEIGHTS
-VERDICT_FITS = ("window", "run")  # reports.sweep_data.Budget.verdict_until
+VERDICT_FITS = ("window", "run")  # reports.schema.VERDICT_FITS, kept here so the spec stays numpy-free
 
 
 @dataclasses.dataclass(frozen=True)

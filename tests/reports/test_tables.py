@@ -345,6 +345,12 @@ def test_verdicts_from_the_whole_run_fit_to_the_target_while_predictions_stay_th
     sweep_dir = make_sweep(tmp_path)
     window = fit_sweep(load_sweep(sweep_dir), n_boot=50)
     meta = json.loads((sweep_dir / schema.SWEEP_FILE).read_text())
+    meta["budget"]["verdicts_from"] = "whole"
+    (sweep_dir / schema.SWEEP_FILE).write_text(json.dumps(meta))
+    from reports.sweep_data import SweepDataError
+
+    with pytest.raises(SweepDataError, match=r"budget\.verdicts_from is 'whole'; expected one of window, run"):
+        load_sweep(sweep_dir)
     meta["budget"]["verdicts_from"] = "run"
     (sweep_dir / schema.SWEEP_FILE).write_text(json.dumps(meta))
     run = fit_sweep(load_sweep(sweep_dir), n_boot=50)
@@ -354,8 +360,12 @@ def test_verdicts_from_the_whole_run_fit_to_the_target_while_predictions_stay_th
         w = window.variants[name]
         assert v.prediction_fit.window == w.fit.window and v.prediction_fit.a == w.fit.a
         assert max(v.prediction_fit.compute) <= budget.fit_at < max(v.fit.compute) <= budget.target * 1.05
+        rows = run.data.evals[run.data.evals["variant"] == name]
         for seed, fit in v.seed_fits.items():
             assert max(v.prediction_seed_fits[seed].compute) <= budget.fit_at < max(fit.compute)
+            # every point the run observed up to the target's window, the first past the target included
+            observed = rows[(rows["seed"] == seed) & (rows["compute"] <= budget.verdict_fit_until)]["compute"]
+            assert max(fit.compute) == observed.max() > budget.target
         # the scored prediction is the window's extrapolation, not the whole run's fit
         assert v.score.predicted == pytest.approx(w.score.predicted)
         assert v.seed_prediction_ci == pytest.approx(w.seed_prediction_ci)
