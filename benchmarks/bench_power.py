@@ -92,7 +92,7 @@ def refit(sweep_dir: Path, settings: dict, n_boot: int, draws: int) -> dict:
         data.evals = pd.concat(kept).reset_index(drop=True)
     fits = fit_sweep(data, n_boot=n_boot)
     paired_sd_a = sweep_noise(fits).quantities["A"].s
-    eval_sd_a = evaluation_noise_in_a(data.evals, budget.verdict_until, draws) if draws else math.nan
+    eval_sd_a = evaluation_noise_in_a(data.evals, budget.verdict_fit_until, draws) if draws else math.nan
     table = fits.table.set_index("variant")
     variants = {}
     for name, row in table.iterrows():
