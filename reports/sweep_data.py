@@ -55,6 +55,11 @@ class Budget:
         return self.target if self.verdicts_from == "run" else self.fit_at
 
     @property
+    def verdict_until_key(self) -> str:
+        """The budget key verdict_until is: where a ceiling claim's compute is set."""
+        return "target" if self.verdicts_from == "run" else "fit_at"
+
+    @property
     def verdict_fit_until(self) -> float:
         """Where the verdicts' fits end: fit_at, or (the whole run) the target's observed window's far end, so
         the point where each job stopped, the first at or past the target, is in."""

@@ -392,7 +392,7 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                 row.update(B_fixed_A=c.fixed_a_fit.b, B_fixed_A_lo=c.b_fixed_ci[0], B_fixed_A_hi=c.b_fixed_ci[1],
                            delta_A=c.delta_a, delta_B=c.delta_b, verdict=c.verdict, direction=c.direction or "",
                            reason=verdict_why(c.verdict, c.direction, c.effects, ceiling_budget=c.ceiling_budget,
-                                              budget_key=_ceiling_key(fits.data.budget),
+                                              budget_key=fits.data.budget.verdict_until_key,
                                               a_pinned=_a_pinned(fits, name), fallback=c.reason),
                            ceiling_identifiable=c.ceiling_identifiable,
                            ceiling_budget=c.ceiling_budget)
@@ -415,11 +415,6 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                        shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "",
                        noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "")
     return frame
-
-
-def _ceiling_key(budget) -> str:
-    """The budget key a ceiling claim's compute is set by: the verdict fits' end."""
-    return "target" if budget.verdicts_from == "run" else "fit_at"
 
 
 def _flags(v: VariantFit) -> str:
