@@ -233,10 +233,6 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
             for job in [job for job in queue if is_locked(job.run_dir)]:
                 queue.remove(job)
                 watched.append(job)
-            free = launcher.parallelism - len(active) - len(watched)
-            if queue and free > 0:
-                batch, queue = queue[:free], queue[free:]
-                launch(batch)
             polled = time.perf_counter()
             for run_id, (job, handle) in list(active.items()):
                 tracker.mirror(job)
@@ -266,13 +262,20 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
                         tracker.finish(job, "FINISHED")
                     else:
                         queue.append(job)  # its process died: resume it from its checkpoint
+            timer.add("poll", polled)
+            # Launch after the poll: a job that just finished frees its slot for the next one at once.
+            free = launcher.parallelism - len(active) - len(watched)
+            if queue and free > 0:
+                batch, queue = queue[:free], queue[free:]
+                launch(batch)
+            polled = time.perf_counter()
             rows = collect_progress(spec, sweep_dir, jobs)
             statuses = [row.status for row in rows]
             display.show(format_progress(spec, rows, started), changed=statuses != previous_statuses)
             previous_statuses = statuses
             timer.add("poll", polled)
             if queue or active or watched:
-                time.sleep(spec.executor.poll_seconds)
+                launcher.wait([handle for _, handle in active.values()], spec.executor.poll_seconds)
     except KeyboardInterrupt:
         print(f"\ninterrupted: nothing is lost; rerun `sweep run` on the same spec to resume ({sweep_dir})",
               file=stream)

@@ -491,8 +491,8 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
     done = False
     try:
         while True:
-            try:
-                event = channels.events.get(timeout=POLL_SECONDS)
+            try:  # once the trainer is done, only what is already queued is left to read
+                event = channels.events.get(timeout=0.0 if done else POLL_SECONDS)
             except queue.Empty:
                 event = None
             if event is not None:
@@ -515,6 +515,7 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
                     errors[event[1]] = event[2]
                 continue  # drain every pending event before looking at the processes
             if done:
+                channels.stop.set()  # the generator winds down while the trainer's process exits
                 processes["trainer"].join(timeout=30.0)
                 break
             for role, process in processes.items():
