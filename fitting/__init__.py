@@ -7,6 +7,7 @@ Public API (the curve: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), Eq. 1 of arXi
     spread = seed_spread([fit_seed0, fit_seed1, fit_seed2], target=16000)            # -> SeedSpread
     loo = compare_loo({"base": fit, "loo-dapo": fit_dapo}, base="base")              # -> LooComparison
     shape = window_end_check([fit_run0, fit_run1, ...])                               # -> ShapeCheck (sweep-level)
+    miss = target_miss_check([score_run0.error, score_run1.error, ...])              # -> TargetMissCheck (sweep-level)
     noise = evaluation_noise_check(evals["pass_rate_se"])                             # -> EvaluationNoise (sweep-level)
     baseline = fit_power_law(compute, pass_rate, burn_in=1500, fit_until=8000)       # -> PowerLawFit
 Bad input raises FitInputError (a ValueError) naming the argument, the value and the fix; fits that
@@ -19,7 +20,7 @@ from fitting.extrapolation import ExtrapolationScore, observed_at, score_extrapo
 from fitting.fit import FitResult, FitSettings, PowerLawFit, fit_power_law, fit_sigmoid, refit_fixed_a
 from fitting.flags import FLAG_MEANINGS
 from fitting.noise import EvaluationNoise, evaluation_noise_check
-from fitting.shape import ShapeCheck, window_end_check
+from fitting.shape import ShapeCheck, TargetMissCheck, target_miss_check, window_end_check
 from fitting.uncertainty import BootstrapResult, SeedSpread, bootstrap_fit, seed_spread
 from fitting.validate import FitInputError
 
@@ -35,6 +36,7 @@ __all__ = [
     "PowerLawFit",
     "SeedSpread",
     "ShapeCheck",
+    "TargetMissCheck",
     "VariantComparison",
     "bootstrap_fit",
     "compare_loo",
@@ -48,5 +50,6 @@ __all__ = [
     "score_extrapolation",
     "seed_spread",
     "sigmoid_curve",
+    "target_miss_check",
     "window_end_check",
 ]

@@ -77,3 +77,49 @@ def window_end_residual(fit, last_points: int = LAST_POINTS) -> float | None:
     if fit is None or fit.n_points < fit.settings.n_params + last_points + 1:
         return None
     return float((fit.pass_rate[-last_points:] - fit.predict(fit.compute[-last_points:])).mean())
+
+
+@dataclass(frozen=True)
+class TargetMissCheck:
+    """Runs whose observed pass rate at the target lies above / below their own prediction, and the sign test.
+
+    The window-end check above can only say that the sigmoid bends differently from the curves; once a sweep
+    has trained to its target the miss itself is observed: error_i = pred_i - obs_i per run. Evaluation noise
+    gives each error either sign; when nearly every run misses on the same side (the same two-sided sign test,
+    p < ALPHA) the window's fits are biased at the target. The prediction intervals carry no bias term, so
+    they then cover less than they say, and a prediction further out is likely off the same way.
+    """
+
+    runs: int
+    above: int  # runs observed above their prediction (the prediction too low)
+    p_value: float
+    mean_error: float  # mean of pred - obs over the runs
+
+    @property
+    def departs(self) -> bool:
+        """The window's predictions miss the target on one side more often than noise allows (sign test at ALPHA)."""
+        return self.p_value < ALPHA
+
+    def note(self) -> str:
+        low = 2 * self.above > self.runs
+        count = self.above if low else self.runs - self.above
+        return (f"predictions at the target: {count} of {self.runs} runs were observed {'above' if low else 'below'} "
+                f"their window fit's prediction (mean error {self.mean_error:+.3f}; sign test p = {self.p_value:.1g}): "
+                f"the curves keep {'rising past' if low else 'falling short of'} the sigmoid fitted to the window, so "
+                f"these predictions are biased {'low' if low else 'high'} and their intervals, which hold no bias "
+                f"term, cover less than they say; a prediction further out is likely {'low' if low else 'high'} too. "
+                f"Paired differences between variants share most of the bias; a longer window shrinks it.")
+
+
+def target_miss_check(errors: Iterable[float]) -> TargetMissCheck | None:
+    """The sign test over per-run prediction errors at the target (pred - obs; NaN: unobserved, skipped; an
+    error of exactly 0 counts for neither side). None when no run was observed at its target."""
+    from scipy.stats import binomtest
+
+    observed = [float(e) for e in errors if e is not None and math.isfinite(float(e))]
+    signs = [e < 0 for e in observed if e != 0.0]
+    if not signs:
+        return None
+    above = sum(signs)
+    return TargetMissCheck(runs=len(signs), above=above, p_value=float(binomtest(above, len(signs), 0.5).pvalue),
+                           mean_error=sum(observed) / len(observed))

@@ -242,7 +242,7 @@ def _table_legend(fits) -> str:
     ]
     if fits.table["low_truncation_steps"].notna().any():
         lines.append(f"steps trunc<5%: {TRUNCATION_NOTE}")
-    for note in ("noise_note", "shape_note"):
+    for note in ("noise_note", "shape_note", "miss_note"):
         if fits.table.attrs.get(note):
             lines.append(fits.table.attrs[note])
     flagged = fits.table[fits.table["flags"].astype(bool)]

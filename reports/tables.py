@@ -76,6 +76,7 @@ class SweepFits:
     n_boot: int
     shape: object | None = None  # fitting.ShapeCheck over every run's own fit (None: too few points)
     noise: object | None = None  # fitting.EvaluationNoise over every evaluation point (None: no se logged)
+    target_miss: object | None = None  # fitting.TargetMissCheck over every run's prediction error at the target
 
     @property
     def table(self) -> pd.DataFrame:
@@ -163,7 +164,7 @@ def observed_over_seeds(score, seed_scores: dict, seeds: int):
 def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> SweepFits:
     """Fit every variant (each seed, and the seed mean), bootstrap, score at target, compare with the base."""
     from fitting import (FitInputError, bootstrap_fit, compare_loo, evaluation_noise_check, seed_spread,
-                         window_end_check)
+                         target_miss_check, window_end_check)
 
     budget, notes, failures, variants = data.budget, list(data.notes), {}, {}
     for name in data.variants():
@@ -230,8 +231,11 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
         _seed_prediction_intervals(variants, budget.target, shape_sd=shape.rms_residual if shape else 0.0)
     # How precise each evaluation point is (its logged sampling se): a note when too noisy for the margin.
     noise = evaluation_noise_check(data.evals["pass_rate_se"])
+    # Once the runs reached the target, their predictions' misses there are observed: one side too often is a bias.
+    target_miss = target_miss_check([score.error for v in variants.values()
+                                     for score in (v.seed_scores.values() or [v.score]) if score is not None])
     return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
-                     n_boot=n_boot, shape=shape, noise=noise)
+                     n_boot=n_boot, shape=shape, noise=noise, target_miss=target_miss)
 
 
 def _seed_prediction_intervals(variants: dict[str, VariantFit], target: float, level: float = 0.95,
@@ -413,7 +417,9 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                        min_compute_ratio=fits.data.budget.min_compute_ratio, min_a_shift=fits.data.budget.min_a_shift,
                        fixed_a=comparison.fixed_a if comparison is not None else math.nan,
                        shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "",
-                       noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "")
+                       noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "",
+                       miss_note=(fits.target_miss.note() if fits.target_miss is not None and fits.target_miss.departs
+                                  else ""))
     return frame
 
 
@@ -620,7 +626,7 @@ def format_loo_table(table: pd.DataFrame) -> str:
         lines.append(f"\nsteps trunc<5%: {TRUNCATION_NOTE}")
     if "reason" in table.columns and (table["variant"] != schema.BASE).any():
         lines += ["", *aligned_lines(*evidence_cells(table)), textwrap.fill(evidence_note(table), 160)]
-    for note in ("noise_note", "shape_note"):
+    for note in ("noise_note", "shape_note", "miss_note"):
         if table.attrs.get(note):
             lines.append("\n" + textwrap.fill(table.attrs[note], 160))
     flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]

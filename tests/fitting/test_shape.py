@@ -86,3 +86,46 @@ def test_the_rms_residual_sizes_the_miss_and_bounds_the_miss_at_the_target_from_
     assert calm.rms_residual < 0.012
     short = fit_sigmoid(COMPUTE[:6], sigmoid_truth()(COMPUTE[:6]) + 0.001, r0=0.09)
     assert window_end_residual(short) is None and window_end_residual(None) is None
+
+
+# ----------------------------------------------------------------------------- the observed miss at the target
+
+def run_error(truth, rng, noise=0.012, target=180.0):
+    """One run fitted on C <= 90 as a sweep does, scored where it was observed: pred - obs at the target."""
+    from fitting import score_extrapolation
+
+    rate = np.clip(truth(COMPUTE) + rng.normal(0.0, noise, COMPUTE.size), 0.0, 1.0)
+    fit = fit_sigmoid(COMPUTE, rate, r0=float(truth(np.array([0.0]))[0]), fit_until=90.0)
+    return score_extrapolation(fit, COMPUTE, rate, target=target).error
+
+
+def test_predictions_that_fall_short_at_the_target_on_most_runs_are_named_biased_low():
+    from fitting import target_miss_check
+
+    rng = np.random.default_rng(3)
+    miss = target_miss_check([run_error(late_riser, rng) for _ in range(27)])
+    assert miss.runs == 27 and miss.above >= 24 and miss.departs
+    assert miss.mean_error < -0.02
+    note = miss.note()
+    assert "observed above their window fit's prediction" in note and "biased low" in note
+
+
+def test_predictions_of_curves_the_sigmoid_describes_rarely_raise_it():
+    from fitting import target_miss_check
+
+    rng = np.random.default_rng(4)
+    raised = sum(target_miss_check([run_error(sigmoid_truth(), rng) for _ in range(27)]).departs for _ in range(12))
+    assert raised <= 2  # ALPHA = 0.01 a sweep, 12 sweeps
+
+
+def test_the_miss_check_counts_observed_runs_only_and_names_a_high_bias():
+    from fitting import target_miss_check
+    from fitting.shape import TargetMissCheck
+
+    assert target_miss_check([]) is None
+    assert target_miss_check([float("nan"), None]) is None
+    miss = target_miss_check([0.03] * 9 + [0.0, float("nan")])  # nine too high; the zero and the NaN count for neither
+    assert (miss.runs, miss.above) == (9, 0) and miss.mean_error == pytest.approx(0.03 * 9 / 10)
+    assert miss.p_value == pytest.approx(2 * 0.5 ** 9) and miss.departs
+    assert "observed below" in miss.note() and "biased high" in miss.note()
+    assert not TargetMissCheck(runs=7, above=7, p_value=2 * 0.5 ** 7, mean_error=-0.03).departs

@@ -230,6 +230,17 @@ def test_the_fit_shape_check_runs_over_every_runs_own_fit(sweep_fits):
     assert ("fit shape:" in format_loo_table(table)) == shape.departs
 
 
+def test_the_target_miss_check_runs_over_every_runs_observed_error(sweep_fits):
+    from reports.tables import format_loo_table
+
+    scores = [score for v in sweep_fits.variants.values() for score in v.seed_scores.values()]
+    miss, table = sweep_fits.target_miss, sweep_fits.table
+    assert miss is not None and miss.runs == sum(1 for s in scores if s.error == s.error and s.error != 0.0)
+    assert miss.mean_error == pytest.approx(np.nanmean([s.error for s in scores]))
+    assert table.attrs["miss_note"] == (miss.note() if miss.departs else "")
+    assert ("predictions at the target:" in format_loo_table(table)) == miss.departs
+
+
 def test_the_seed_prediction_interval_adds_the_fits_shape_error(sweep_fits):
     """pred +- t(df) sqrt(s^2 / n + rms_residual^2): run-to-run spread of the mean, and the fits' miss at
     their window's end, which more seeds do not shrink."""
