@@ -44,8 +44,11 @@ def parse_protocol(text: str) -> tuple[str, dict]:
         if key not in KEYS:
             raise SystemExit(f"--protocol {text!r}: unknown key {key!r}; expected one of {', '.join(KEYS)}")
         settings[key] = KEYS[key](value)
-    if settings.get("verdicts", "window") not in ("window", "run"):
-        raise SystemExit(f"--protocol {text!r}: verdicts={settings['verdicts']!r}; expected window or run")
+    from reports.schema import VERDICT_FITS
+
+    if settings.get("verdicts", "window") not in VERDICT_FITS:
+        raise SystemExit(f"--protocol {text!r}: verdicts={settings['verdicts']!r}; expected one of "
+                         f"{', '.join(VERDICT_FITS)}")
     return name or "as run", settings
 
 
