@@ -28,7 +28,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
 from reports import figures, schema  # noqa: E402
 from reports.scan import scan_cells, scan_figure, scan_has_values, scan_info  # noqa: E402
-from reports.tables import (DEFAULT_N_BOOT, TRUNCATION_NOTE, config_diff, evidence_note,  # noqa: E402
+from reports.tables import (DEFAULT_N_BOOT, SWEEP_NOTES, TRUNCATION_NOTE, config_diff, evidence_note,  # noqa: E402
                             diagnostics_table, evidence_cells, table_cells)
 from reports.text import sig3  # noqa: E402
 from reports.title_page import setup_page, title_page  # noqa: E402
@@ -242,7 +242,7 @@ def _table_legend(fits) -> str:
     ]
     if fits.table["low_truncation_steps"].notna().any():
         lines.append(f"steps trunc<5%: {TRUNCATION_NOTE}")
-    for note in ("noise_note", "shape_note", "miss_note"):
+    for note in SWEEP_NOTES:
         if fits.table.attrs.get(note):
             lines.append(fits.table.attrs[note])
     flagged = fits.table[fits.table["flags"].astype(bool)]

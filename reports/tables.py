@@ -464,6 +464,10 @@ def _run_frame(fits: SweepFits) -> pd.DataFrame:
 
 # --- plain-text table ------------------------------------------------------------------------------
 
+# The sweep-level notes a LOO table's attrs may carry (empty when they do not apply), in the order the printed
+# table and the report give them: the evaluation's noise, the fits' shape, the observed miss at the target.
+SWEEP_NOTES = ("noise_note", "shape_note", "miss_note")
+
 TRUNCATION_NOTE = (f"share of training steps whose truncation rate (samples interrupted or cut at the length "
                    f"limit) was below {schema.LOW_TRUNCATION_RATE:.0%}; the paper reports that for > "
                    f"{schema.LOW_TRUNCATION_STEPS_PAPER:.0%} of ScaleRL's steps; (!) marks less.")
@@ -626,7 +630,7 @@ def format_loo_table(table: pd.DataFrame) -> str:
         lines.append(f"\nsteps trunc<5%: {TRUNCATION_NOTE}")
     if "reason" in table.columns and (table["variant"] != schema.BASE).any():
         lines += ["", *aligned_lines(*evidence_cells(table)), textwrap.fill(evidence_note(table), 160)]
-    for note in ("noise_note", "shape_note", "miss_note"):
+    for note in SWEEP_NOTES:
         if table.attrs.get(note):
             lines.append("\n" + textwrap.fill(table.attrs[note], 160))
     flagged = [(name, text) for name, text in table[["variant", "flags"]].itertuples(index=False) if text]
