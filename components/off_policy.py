@@ -37,21 +37,45 @@ class PipelineRlMode(OffPolicyMode):
     The generator and the trainer each hold their own devices (cores on CPU, GPUs on a node):
     generator_devices + trainer_devices in all.
 
+    Which decode step a new version reaches depends on the two roles' relative speed. With timing "real"
+    it is whenever the weights arrive, so a run depends on the machine's timing and does not repeat. With
+    timing "modeled" both roles keep a clock of their own work instead: the generator's time is the FLOPs
+    of the forward passes it has run, the trainer's the FLOPs of its steps / trainer_speed (recipe.compute's
+    count for both), and the generator takes version v + 1 at the first decode step of its time past the
+    trainer's modeled end of step v (waiting for it if the real trainer is behind). That is PipelineRL on a
+    machine whose trainer computes trainer_speed x the generator's FLOPs a second: a run is a function of
+    its config and seed, the same on any machine and under any load (recipe/engines/pipeline.py).
+
     Args:
         k: the largest staleness in trainer steps, in [1, 1024] (default 8, ScaleRL's).
         generator_devices: devices of the generator, in [1, 1024] (default 1).
         trainer_devices: devices of the trainer, in [1, 1024] (default 1).
+        timing: "real" (default) or "modeled": when new weights reach the generator (above).
+        trainer_speed: with timing "modeled", the trainer's FLOPs a second over the generator's, in
+            (0, 1000] (default 3.4: one core each on the 2-core testbed, where it gives PipelineRL-8 the
+            staleness real timing shows there, ~5.9; BENCHMARKS.md).
     """
 
     asynchronous = True
+    TIMINGS = ("real", "modeled")
 
-    def __init__(self, k: int = 8, generator_devices: int = 1, trainer_devices: int = 1) -> None:
+    def __init__(self, k: int = 8, generator_devices: int = 1, trainer_devices: int = 1, timing: str = "real",
+                 trainer_speed: float = 3.4) -> None:
         require(1 <= k <= MAX_K, "k", k, f"in [1, {MAX_K}] trainer steps of allowed lag")
         for name, devices in (("generator_devices", generator_devices), ("trainer_devices", trainer_devices)):
             require(1 <= devices <= MAX_K, name, devices, f"in [1, {MAX_K}] devices (cores or GPUs)")
+        require(timing in self.TIMINGS, "timing", timing, " or ".join(repr(t) for t in self.TIMINGS))
+        require(0 < trainer_speed <= 1000, "trainer_speed", trainer_speed,
+                "in (0, 1000]: the trainer's FLOPs a second over the generator's")
         self.k = k
         self.generator_devices = generator_devices
         self.trainer_devices = trainer_devices
+        self.timing = timing
+        self.trainer_speed = float(trainer_speed)
+
+    @property
+    def modeled(self) -> bool:
+        return self.timing == "modeled"
 
     @property
     def max_staleness(self) -> int:

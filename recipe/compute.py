@@ -91,6 +91,11 @@ def sequence_cost(prompt_lengths, response_lengths) -> tuple[float, float]:
     return tokens, context
 
 
+def training_flops(shape: ModelShape, prompt_lengths, response_lengths) -> float:
+    """FLOPs of a training step on these sequences: 3 forward passes' worth (forward + backward)."""
+    return 3.0 * shape.forward_flops(*sequence_cost(prompt_lengths, response_lengths))
+
+
 @dataclass
 class ComputeMeter:
     devices: int = 1
@@ -127,9 +132,8 @@ class ComputeMeter:
         self.generated_tokens += int(sum(response_lengths))
 
     def add_training(self, seconds: float, shape: ModelShape, prompt_lengths, response_lengths) -> None:
-        tokens, context = sequence_cost(prompt_lengths, response_lengths)
         self.training_seconds += seconds
-        self.training_flops += 3.0 * shape.forward_flops(tokens, context)
+        self.training_flops += training_flops(shape, prompt_lengths, response_lengths)
         self.trained_tokens += int(sum(response_lengths))
 
     def metrics(self) -> dict[str, float]:

@@ -48,7 +48,8 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "rollout.generator": "torch", "rollout.vllm_cpu_kv_cache_gib": 1,
                    "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0, "eval.min_gap_steps": 1,
                    "eval.compute_unit": "flops", "eval.at_compute": (), "eval.schedule_until": 0.0,
-                   "eval.late_from": 0.0, "eval.late_samples_per_prompt": 0}
+                   "eval.late_from": 0.0, "eval.late_samples_per_prompt": 0,
+                   "off_policy.timing": "real", "off_policy.trainer_speed": 3.4}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -234,6 +235,11 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
                               "holds for training; use a smaller shape")
     if flat.get("warm_start.cache_dir"):
         check_output_path("warm_start.cache_dir", flat["warm_start.cache_dir"])
+    if (flat.get("off_policy.name") == "pipeline_rl" and flat.get("off_policy.timing") == "modeled"
+            and flat.get("rollout.generator", "torch") != "torch"):
+        raise ConfigError(f"off_policy.timing: 'modeled' charges the generator's forward passes one decode step at "
+                          f"a time, which rollout.generator {flat['rollout.generator']!r} does not expose; use "
+                          "rollout.generator=torch or off_policy.timing=real")
     if flat.get("task.name") == "jsonl" and not flat.get("task.train_path"):
         raise ConfigError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
     if flat.get("task.name") == "embedded" and "task.max_digits" in flat:

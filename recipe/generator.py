@@ -36,8 +36,10 @@ which grows by concatenation.)
 tokens the rows emit, and each row moved on), compact (DecodeBatch drops finished rows and feeds the
 tokens to the model).
 
-In-flight weight updates (PipelineRL): `on_decode_step` is called before the prefill and before
-every decode step; it may load new weights into the model in place and returns the policy version
+In-flight weight updates (PipelineRL): `on_decode_step(tokens, context)` is called before the prefill and
+before every decode step, with the size of the forward pass about to run (the tokens it feeds and their
+attention contexts summed, recipe.compute.ModelShape.forward_flops's arguments: PipelineRL's modeled
+timing charges them); it may load new weights into the model in place and returns the policy version
 now loaded. The KV cache of the tokens so far is kept (their keys and values stay those of the
 older weights, as in PipelineRL); each token records the version whose forward pass produced its
 logits, so a sequence can span several versions and its behaviour logprobs are exactly the ones
@@ -252,7 +254,7 @@ def decode_parts(rows: int, row_tokens: int, token_budget: int) -> list[slice]:
 def generate(model, tokenizer, prompts: list[str], *, precision, length_control, max_new_tokens: int,
              temperature: float = 1.0, greedy: bool | torch.Tensor = False, torch_rng: torch.Generator | None = None,
              numpy_rng: np.random.Generator | None = None, policy_version: int = 0,
-             on_decode_step: Callable[[], int] | None = None, shared_prefix_decoding: bool = True,
+             on_decode_step: Callable[[int, int], int] | None = None, shared_prefix_decoding: bool = True,
              decode_token_budget: int = 0, static_decode: bool | None = None) -> Rollout:
     """Sample one response per prompt (repeat prompts for G samples). Runs on the model's device.
 
@@ -313,14 +315,16 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         if copied is not None:
             decoder, load_weights, copied_version = copied, on_decode_step, None
 
-            def on_decode_step() -> int:
+            def on_decode_step(tokens: int, context: int) -> int:
                 nonlocal copied_version
-                version = load_weights() if load_weights is not None else policy_version
+                version = load_weights(tokens, context) if load_weights is not None else policy_version
                 if version != copied_version:  # new weights (or the call's first): copy them
                     refresh()
                     copied_version = version
                 return version
-    version = on_decode_step() if on_decode_step is not None else policy_version
+    # The prefill runs the body once per distinct prompt, at the padded prompt width.
+    prefill = len(distinct) * P, len(distinct) * P * (P + 1) // 2
+    version = on_decode_step(*prefill) if on_decode_step is not None else policy_version
     steps = 0
     for part in decode_parts(B, P + limit, decode_token_budget):
         used, local_prompt = torch.unique(row_prompt[part], return_inverse=True)
@@ -357,8 +361,9 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
                     break
                 # Compact, then feed the emitted tokens (new weights, if any, apply from this forward pass on).
                 batch.compact(rows.finished)
-                if on_decode_step is not None:
-                    version = on_decode_step()
+                if on_decode_step is not None:  # the feed: one token a row still in the batch, at position P + t
+                    fed = len(batch.active)
+                    version = on_decode_step(fed, fed * (P + t + 1))
                 hidden = batch.step(token)
             versions[t + 1:, part] = version
             part_steps = t + 1

@@ -116,6 +116,7 @@ class StaticDecode:
         if batch.shared_prefix is None:
             raise ValueError("static decoding needs the shared-prefix attention (recipe.prefix_attention)")
         self.batch, self.rows, self.precision = batch, rows, precision
+        self.prompt_width = batch.width  # P: nothing is fed yet
         self.temperature, self.greedy, self.uniforms, self.limit = temperature, greedy, uniforms, limit
         device = uniforms.device
         b = rows.finished.shape[0]
@@ -179,7 +180,7 @@ class StaticDecode:
             self.feed_and_sample(view_length)
         return graph
 
-    def run(self, on_decode_step: Callable[[], int] | None = None) -> int:
+    def run(self, on_decode_step: Callable[[int, int], int] | None = None) -> int:
         """Decode until every row finished or the token limit; returns the steps needed (the longest row).
 
         Step 0 samples from the prefill; then each round feeds step t's tokens and samples step t + 1 (one
@@ -191,12 +192,13 @@ class StaticDecode:
         with fast_unique_index_writes():
             return self._run(on_decode_step)
 
-    def _run(self, on_decode_step: Callable[[], int] | None) -> int:
+    def _run(self, on_decode_step: Callable[[int, int], int] | None) -> int:
         graphs = CUDA_GRAPHS and self.step.device.type == "cuda"
+        rows, prompt_width = self.token.shape[0], self.prompt_width
         self.sample()
         for t in range(self.limit - 1):
-            if on_decode_step is not None:  # new weights apply from this feed on
-                version = on_decode_step()
+            if on_decode_step is not None:  # new weights apply from this feed on (every row fed: static shapes)
+                version = on_decode_step(rows, rows * (prompt_width + t + 1))
                 if version != self.loaded:
                     self.loaded_version.fill_(version)
                     self.loaded = version

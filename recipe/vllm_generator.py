@@ -154,9 +154,10 @@ class VllmGenerator:
         """One response per prompt, as recipe.generator.generate. `on_decode_step` (PipelineRL) is called once,
         before the call: its version's weights serve the whole call. `precision` was fixed when the engine
         started; decode_token_budget is vLLM's own business (its KV cache is a fixed pool)."""
-        version = on_decode_step() if on_decode_step is not None else policy_version
-        self.load(version)
         prompt_ids = [self.tokenizer(prompt).input_ids for prompt in prompts]
+        prefill = sum(map(len, prompt_ids)), sum(len(ids) * (len(ids) + 1) // 2 for ids in prompt_ids)
+        version = on_decode_step(*prefill) if on_decode_step is not None else policy_version
+        self.load(version)
         return self.generate_ids(prompt_ids, length_control=length_control, max_new_tokens=max_new_tokens,
                                  temperature=temperature, greedy=greedy, torch_rng=torch_rng, numpy_rng=numpy_rng,
                                  version=version)

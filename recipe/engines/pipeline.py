@@ -29,7 +29,18 @@ device-seconds of a CPU run, = the generator process's CPU time around each orde
 (shipped with the groups, like its wall-clock) + the trainer process's CPU time over the same loop
 steps as its wall-clock. A role waiting for the other
 costs no CPU time, so on CPU the overlap of the two roles saves wall-clock, not device-seconds.
-The run is not bit-reproducible: when a weight update lands depends on timing.
+Timing (off_policy.timing): with "real" timing a weight update lands whenever it arrives, so a run
+depends on the roles' relative speed on the machine and does not repeat. With "modeled" timing each
+role keeps a clock of its own work (ModeledTrainerClock, ModeledGeneratorClock): the generator's time
+is the FLOPs of the forward passes it has run (the unit: the generator's rate), the trainer's step v
+ends at max(end of step v - 1, when the last group of order v was done) + its training FLOPs /
+trainer_speed, and order b starts at max(the generator's time, end of step b - k - 1), when the real
+trainer hands it out. Before each forward pass the generator takes the newest version whose modeled
+publication is past, waiting in real time for the trainer to post the end of its step (it does so
+before training it) or to publish the weights. Only two versions are held in shared memory, so the
+trainer waits to overwrite version v - 2 until the generator has moved past it. The run is then a
+function of its config and seed: the same tokens and curve on any machine and under any load; what
+the machine's speed changes is how long each role waits for the other in real time.
 
 Failure: if a role dies (an exception, kill -9, out of memory) the supervisor stops the other and
 raises RoleDiedError naming the role and the cause within seconds. Rerunning resumes from the
@@ -54,7 +65,7 @@ import numpy as np
 import torch
 
 from components import REGISTRIES
-from recipe.compute import clocks, since
+from recipe.compute import ModelShape, clocks, since, training_flops
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
 from recipe.run import (Run, Samples, assemble_minibatch, build_components, build_generator, configure_cuda,
@@ -64,6 +75,7 @@ from recipe.tasks import build_task
 from recipe.tracking import read_metrics
 
 POLL_SECONDS = 0.2  # how often a waiting role checks that the others are still there
+MODELED_POLL_SECONDS = 0.001  # how often a role waiting on the other's real progress (modeled timing) looks
 ROLES_FILE = "pipeline.json"  # pids of the run's processes (the kill tests read it)
 
 
@@ -173,6 +185,19 @@ class SharedMemoryWeights:
         self.latest.value = slot
 
     @torch.no_grad()
+    def receive_version(self, model, version: int) -> bool:
+        """Load exactly `version` if a slot holds it (False if none does yet: not published, or overwritten)."""
+        for slot in range(self.SLOTS):
+            if self.versions[slot].value == version:
+                with self.locks[slot]:
+                    if self.versions[slot].value != version:  # overwritten while this waited for the lock
+                        return False
+                    for name, tensor in distinct_state(model).items():
+                        tensor.copy_(self.tensors[slot][name])
+                    return True
+        return False
+
+    @torch.no_grad()
     def receive(self, model) -> tuple[int, float]:
         """Load the newest published weights; returns (their version, seconds since they were published)."""
         slot = self.latest.value
@@ -195,11 +220,31 @@ class Channels:
     pause: Any  # set while the trainer evaluates: the generator holds still
     stop: Any  # set by the supervisor when the run ends
     supervisor_pid: int
+    # Modeled timing only: trainer -> generator, (step v, the modeled time its weights v + 1 are published),
+    # posted before step v trains; the version the generator has loaded and the last order it has sampled
+    # (the trainer reads them before it overwrites a slot).
+    schedule: Any = None
+    generator_version: Any = None
+    generator_done: Any = None
 
 
 def supervisor_gone(channels: Channels) -> bool:
     """A role whose supervisor died (kill -9 of the job) must not live on."""
     return os.getppid() != channels.supervisor_pid
+
+
+class RunStopping(Exception):
+    """Raised inside a role's wait when the run stops or the supervisor is gone: the role winds down."""
+
+
+def wait_until(ready: Callable[[], bool], channels: Channels) -> float:
+    """Poll `ready` until it holds; the seconds waited. RunStopping when the run stops meanwhile."""
+    started = time.perf_counter()
+    while not ready():
+        if channels.stop.is_set() or supervisor_gone(channels):
+            raise RunStopping
+        time.sleep(MODELED_POLL_SECONDS)
+    return time.perf_counter() - started
 
 
 def wait_get(q, channels: Channels, on_wait: Callable[[float], None] | None = None):
@@ -212,6 +257,69 @@ def wait_get(q, channels: Channels, on_wait: Callable[[float], None] | None = No
             if on_wait is not None:
                 on_wait(time.perf_counter() - started)
     return None
+
+
+# --------------------------------------------------------------------------------- modeled timing
+
+class ModeledTrainerClock:
+    """The trainer's side of modeled timing, in the generator's FLOPs (the generator computes 1 a unit of time).
+
+    Step v starts at max(end of step v - 1, when order v's last group was done) and lasts its training
+    FLOPs / trainer_speed; its end is when version v + 1 is published. A run (or a resume) starts at 0.
+    """
+
+    def __init__(self, trainer_speed: float, shape: ModelShape) -> None:
+        self.speed, self.shape = trainer_speed, shape
+        self.end = 0.0  # the end of the last step scheduled (the publication of the weights the run starts from)
+
+    def schedule(self, minibatch, order_done: float) -> tuple[float, float, float]:
+        """(the step's modeled end, the modeled time it waited for its groups, its modeled duration)."""
+        kept = minibatch.batch.rollout if minibatch.batch is not None else None
+        flops = 0.0 if kept is None else training_flops(
+            self.shape, kept.attention_mask[:, : kept.prompt_width].sum(dim=1).tolist(), kept.lengths.tolist())
+        waited = max(0.0, order_done - self.end)
+        self.end = max(self.end, order_done) + flops / self.speed
+        return self.end, waited, flops / self.speed
+
+
+class ModeledGeneratorClock:
+    """The generator's side of modeled timing: its time (the FLOPs it has run) and the trainer's posted ends.
+
+    Versions up to `start_version` are published at time 0 (the run's or the resume's start); version
+    v + 1 is published at ends[v], read from the schedule queue in step order as the trainer posts them.
+    """
+
+    def __init__(self, shape: ModelShape, channels: Channels, k: int, start_version: int) -> None:
+        self.shape, self.channels, self.k, self.start = shape, channels, k, start_version
+        self.now = 0.0
+        self.ends: dict[int, float] = {}
+
+    def end_of(self, step: int) -> float:
+        """The modeled publication of version step + 1; waits for the trainer to post it."""
+        while step not in self.ends:
+            posted = wait_get(self.channels.schedule, self.channels)
+            if posted is None:
+                raise RunStopping
+            self.ends[posted[0]] = posted[1]
+        return self.ends[step]
+
+    def start_order(self, order: int) -> float:
+        """Order b is handed out when step b - k - 1 ends (the first k + 1 at the start); the modeled idle time."""
+        handed_out = self.end_of(order - self.k - 1) if order - self.k - 1 >= self.start else 0.0
+        idle = max(0.0, handed_out - self.now)
+        self.now += idle
+        return idle
+
+    def due_version(self, loaded: int, order: int) -> int:
+        """The newest version published by now: v + 1 once step v ended, for the steps of orders already
+        sampled (step `order` trains on the order being sampled: it cannot have ended)."""
+        version = loaded
+        while version < order and self.end_of(version) <= self.now:
+            version += 1
+        return version
+
+    def charge(self, tokens: int, context: int) -> None:
+        self.now += self.shape.forward_flops(tokens, context)
 
 
 # ----------------------------------------------------------------------------------------- groups
@@ -249,6 +357,8 @@ def role_main(role: str, body: Callable, channels: Channels, *args) -> None:
     """Run a role; report an exception to the supervisor before the process exits with it."""
     try:
         body(channels, *args)
+    except RunStopping:  # the run ended while this role waited on the other (modeled timing)
+        return
     except BaseException:
         channels.events.put(("error", role, traceback.format_exc()))
         channels.events.close()
@@ -280,6 +390,7 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
     device = enter_role(device, "trainer", mode)
     run = Run(cfg, Path(run_dir), device, devices=held)
     k, P = mode.k, cfg.rollout.prompts_per_batch
+    modeled = ModeledTrainerClock(mode.trainer_speed, run.shape) if mode.modeled else None
     channels.handoff.put(channels.weights.create(run.model))
     channels.weights.publish(run.model, run.step)
     orders: dict[int, list[int]] = dict(run.extra.get("orders", {}))  # handed out, not yet trained on
@@ -326,10 +437,18 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         queue_depth = channels.groups.qsize()
         # 2. One optimizer step at version `index`, then publish version index + 1.
         minibatch = assemble_minibatch(merge_groups(items, device), run.c)
+        if modeled is not None:  # the generator may be waiting for this step's end before it trains
+            end, modeled_wait, modeled_busy = modeled.schedule(minibatch, items[-1]["stats"]["modeled_done"])
+            channels.schedule.put((index, end))
         trained = time.perf_counter()
         metrics = train_on(minibatch, index, run)
         trained = time.perf_counter() - trained
         run.step += 1
+        if modeled is not None:  # the slot to be overwritten holds version step - 2: the generator must be past it,
+            # or have sampled every order handed out so far (the end of a run)
+            pending = max(orders, default=-1)  # the last order handed out; later ones never take version step - 2
+            waited += wait_until(lambda: channels.generator_version.value >= run.step - 2
+                                 or channels.generator_done.value >= pending, channels)
         published = time.perf_counter()
         channels.weights.publish(run.model, run.step)
         published = time.perf_counter() - published
@@ -351,6 +470,9 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         })
         if stats["latencies"]:
             metrics["pipeline/publish_latency_s"] = float(np.mean(stats["latencies"]))
+        if modeled is not None:  # the modeled timeline's waits, as fractions of each role's modeled time
+            metrics["pipeline/modeled_trainer_idle_frac"] = modeled_wait / max(modeled_wait + modeled_busy, 1e-9)
+            metrics["pipeline/modeled_generator_idle_frac"] = stats["modeled_idle_frac"]
         if last_generator_stats is not None:
             busy = stats["busy_total"] - last_generator_stats["busy_total"]
             idle = stats["idle_total"] - last_generator_stats["idle_total"]
@@ -390,6 +512,10 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
     if channels.weights.tensors is None:
         return
     version, _ = channels.weights.receive(model)
+    modeled = None
+    if mode.modeled:
+        channels.generator_version.value = version
+        modeled = ModeledGeneratorClock(ModelShape.of(model), channels, mode.k, start_version=version)
     # Sampling streams of their own; seeded by the version this process starts from, so a resumed
     # run does not replay the samples of its first attempt.
     seed = [cfg.seed, version, 1]
@@ -401,15 +527,24 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
     def account_wait(seconds: float) -> None:
         totals["paused" if channels.pause.is_set() else "idle"] += seconds
 
-    def on_decode_step() -> int:
-        """Between two decode steps: hold still during evaluations, pick up newer weights."""
+    def on_decode_step(tokens: int, context: int) -> int:
+        """Before a forward pass of `tokens` tokens: hold still during evaluations, pick up newer weights
+        (with modeled timing, those published by the generator's modeled time, waiting for them if need be)."""
         nonlocal version
         if channels.pause.is_set():
             paused = time.perf_counter()
             while channels.pause.is_set() and not channels.stop.is_set() and not supervisor_gone(channels):
                 time.sleep(0.005)
             totals["paused"] += time.perf_counter() - paused
-        if channels.weights.version.value > version:
+        if modeled is not None:
+            due = modeled.due_version(version, order=index)
+            if due > version:
+                totals["idle"] += wait_until(lambda: channels.weights.receive_version(model, due), channels)
+                version = due
+                latencies.append(0.0)
+                channels.generator_version.value = version
+            modeled.charge(tokens, context)
+        elif channels.weights.version.value > version:
             version, latency = channels.weights.receive(model)
             latencies.append(latency)
         return version
@@ -419,16 +554,22 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
         if order is None:
             return
         index, prompt_ids = order
-        paused_before = totals["paused"]
+        paused_before, idle_before = totals["paused"], totals["idle"]
         updates_before = len(latencies)
+        modeled_idle = modeled.start_order(index) if modeled is not None else 0.0
+        modeled_started = modeled.now if modeled is not None else 0.0
         samples = sample_groups(generator, task, c, cfg, prompt_ids, rngs, policy_version=version,
                                 on_decode_step=on_decode_step)
-        busy = samples.seconds - (totals["paused"] - paused_before)
+        busy = samples.seconds - (totals["paused"] - paused_before) - (totals["idle"] - idle_before)
         totals["busy"] += busy
-        samples.seconds = busy  # the compute this order cost (pauses excluded)
+        samples.seconds = busy  # the compute this order cost (pauses and waits for the trainer excluded)
         stats = {"busy": busy, "busy_total": totals["busy"], "idle_total": totals["idle"],
                  "tokens": int(samples.rollout.lengths.sum()), "updates": len(latencies) - updates_before,
-                 "latencies": latencies[updates_before:]}
+                 "latencies": latencies[updates_before:] if modeled is None else []}
+        if modeled is not None:
+            stats["modeled_done"] = modeled.now
+            stats["modeled_idle_frac"] = modeled_idle / max(modeled_idle + modeled.now - modeled_started, 1e-9)
+            channels.generator_done.value = index
         for item in group_items(index, samples, stats):
             channels.groups.put(item)
 
@@ -475,7 +616,8 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
     ctx = torch.multiprocessing.get_context("spawn")
     channels = Channels(weights=SharedMemoryWeights(ctx), orders=ctx.Queue(), groups=ctx.Queue(), handoff=ctx.Queue(),
                         events=ctx.Queue(), acks=ctx.Queue(), pause=ctx.Event(), stop=ctx.Event(),
-                        supervisor_pid=os.getpid())
+                        supervisor_pid=os.getpid(), schedule=ctx.Queue(), generator_version=ctx.Value("q", -1),
+                        generator_done=ctx.Value("q", -1))
     processes = {
         "trainer": ctx.Process(target=role_main, name="pipeline-trainer", daemon=True,
                                args=("trainer", trainer_role, channels, cfg, str(run_dir), device, stop_at_step)),

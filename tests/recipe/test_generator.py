@@ -445,7 +445,7 @@ def test_static_decoding_records_the_version_of_weights_loaded_between_steps(tin
         original = {name: p.detach().clone() for name, p in model.named_parameters()}
         calls = []
 
-        def on_decode_step():
+        def on_decode_step(tokens, context):
             calls.append(None)
             if len(calls) == 5:  # new weights in place, as SharedMemoryWeights.receive loads them
                 with torch.no_grad():

@@ -54,7 +54,7 @@ def test_tokens_span_two_versions_and_keep_the_logprobs_of_the_version_that_samp
     channel.publish(versions[1], version=1)  # the trainer's new weights, waiting in shared memory
     calls = []
 
-    def on_decode_step() -> int:
+    def on_decode_step(tokens: int, context: int) -> int:
         calls.append(len(calls))
         if len(calls) <= SWAP_AT:
             return 0
@@ -101,6 +101,45 @@ def test_pipeline_run_trains_concurrently_within_the_staleness_bound(tiny_recipe
     assert max(r["train/staleness_max"] for r in records[1:]) >= 1
     assert sum(r.get("pipeline/weight_updates_per_order", 0.0) for r in records[1:]) > 0
     assert any("pipeline/generator_idle_frac" in r for r in records[1:])
+
+
+def modeled_run(tiny_recipe, run_dir: Path, *overrides: str) -> list[dict]:
+    cfg = tiny_recipe(*pipeline_overrides(2), "off_policy.timing=modeled", "eval.every_steps=4",
+                      "checkpoint.every_steps=8", *overrides, run_steps=16)
+    return train(cfg, run_dir)
+
+
+def run_outcome(run_dir: Path, records: list[dict]) -> dict:
+    """What a run computed: its evaluation curve, its staleness and its final weights."""
+    from recipe.checkpoint import load_checkpoint
+
+    weights = load_checkpoint(run_dir)["model"]
+    return {"pass_rates": [r["eval/pass_rate"] for r in records], "flops": [r["compute/flops"] for r in records],
+            "staleness": [r.get("train/staleness") for r in records], "weights": weights}
+
+
+def test_modeled_timing_makes_a_pipeline_run_the_same_whatever_the_machine_is_doing(tiny_recipe, tmp_path):
+    # off_policy.timing=modeled: when weights reach the generator follows each role's FLOPs, not the clock,
+    # so a run repeats exactly, even with a CPU-bound process beside it that slows the two roles unevenly.
+    alone = modeled_run(tiny_recipe, tmp_path / "alone")
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        loaded = modeled_run(tiny_recipe, tmp_path / "loaded")
+    finally:
+        burner.kill()
+        burner.wait()
+    first, second = run_outcome(tmp_path / "alone", alone), run_outcome(tmp_path / "loaded", loaded)
+    assert first["pass_rates"] == second["pass_rates"] and first["staleness"] == second["staleness"]
+    assert first["flops"] == second["flops"]
+    assert all(torch.equal(first["weights"][name], second["weights"][name]) for name in first["weights"])
+    # In flight as PipelineRL is: tokens up to k versions old, weights picked up mid-order, the bound kept.
+    assert 0 < max(r["train/staleness_max"] for r in alone[1:]) <= 2
+    assert sum(r["pipeline/weight_updates_per_order"] for r in alone[1:]) > 0
+    assert all(0.0 <= r["pipeline/modeled_trainer_idle_frac"] <= 1.0 for r in alone[1:])
+    # The check can fail: a trainer modeled 8x faster than the generator waits for its data instead, and
+    # takes in fresher tokens (its weights reach the generator sooner).
+    fast = modeled_run(tiny_recipe, tmp_path / "fast", "off_policy.trainer_speed=16.0")
+    assert [r.get("train/staleness") for r in fast] != first["staleness"]
 
 
 def run_sweep_train(overrides: list[str], run_dir: Path) -> subprocess.Popen:
