@@ -23,7 +23,9 @@ SCALERL = RecipeConfig(
         "answer_budget": 8,
         "phrase": INTERRUPTION_PHRASE,
     },
-    # PipelineRL-8: a generator and a trainer process, one device (core or GPU) each.
-    off_policy={"name": "pipeline_rl", "k": 8, "generator_devices": 1, "trainer_devices": 1},
+    # PipelineRL-8: a generator and a trainer process, one device (core or GPU) each; new weights reach the
+    # generator when they arrive (timing "real"; trainer_speed serves the "modeled" timing only).
+    off_policy={"name": "pipeline_rl", "k": 8, "generator_devices": 1, "trainer_devices": 1, "timing": "real",
+                "trainer_speed": 3.4},
     precision={"name": "lm_head", "fp32_head": True},
 )

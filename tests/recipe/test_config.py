@@ -69,6 +69,8 @@ def test_switching_a_component_takes_its_defaults_and_tuning_keeps_it(tmp_path):
      r"eval\.min_gap_steps: got 30, expected <= eval\.every_steps \(20\), the largest gap"),
     ("loss: [cispo]\n", r"loss: got \['cispo'\] \(list\), expected a component name"),
     ("loss: {name: [\n", r"not valid YAML"),
+    ("off_policy: {timing: wallclock}\n", r"off_policy\.timing: got 'wallclock', expected 'real' or 'modeled'"),
+    ("off_policy: {timing: modeled, trainer_speed: 0}\n", r"off_policy\.trainer_speed: got 0, expected in \(0, 1000\]"),
 ])
 def test_bad_recipes_fail_with_one_message_naming_path_value_and_expectation(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
@@ -80,6 +82,13 @@ def test_bad_overrides_fail_clearly():
         load_recipe(overrides=["loss"])
     with pytest.raises(ConfigError, match=r"overrides: off_policy\.k: got 0, expected in \[1, 1024\]"):
         load_recipe(overrides=["off_policy.k=0"])
+
+
+def test_modeled_pipeline_timing_needs_a_generator_that_reports_each_decode_step():
+    with pytest.raises(ConfigError, match=r"off_policy\.timing: 'modeled' .* rollout\.generator 'vllm'.*"
+                                          r"use rollout\.generator=torch or off_policy\.timing=real"):
+        load_recipe(overrides=["off_policy.timing=modeled", "rollout.generator=vllm"])
+    assert load_recipe(overrides=["off_policy.timing=modeled"]).off_policy["timing"] == "modeled"
 
 
 def test_missing_file_fails_clearly(tmp_path):
@@ -102,6 +111,7 @@ def test_run_id_depends_on_what_is_computed_only():
     assert run_id(load_recipe(overrides=["warm_start.cache_dir=/elsewhere"])) == base
     assert run_id(load_recipe(overrides=["warm_start.steps=7"])) != base
     assert run_id(load_recipe(overrides=["eval.draws=per_point"])) != base
+    assert run_id(load_recipe(overrides=["off_policy.timing=modeled"])) != base
 
 
 # The phrase of the runs before the base recipe took the paper's (issue 39); their ids hashed it.

@@ -142,15 +142,51 @@ def test_modeled_timing_makes_a_pipeline_run_the_same_whatever_the_machine_is_do
     assert [r.get("train/staleness") for r in fast] != first["staleness"]
 
 
+def test_modeled_clocks_hand_the_generator_each_version_once_its_step_has_ended():
+    import queue
+    from types import SimpleNamespace
+
+    from recipe.compute import ModelShape
+    from recipe.engines.pipeline import ModeledGeneratorClock, ModeledTrainerClock
+
+    shape = ModelShape(params=10, layers=1, width=1)  # a forward pass of n tokens, context c: 20 n + 2 c FLOPs
+    channels = SimpleNamespace(schedule=queue.Queue(), stop=SimpleNamespace(is_set=lambda: False),
+                               supervisor_pid=os.getppid())
+    generator = ModeledGeneratorClock(shape, channels, k=1, start_version=0)
+    assert generator.start_order(0) == 0.0 and generator.due_version(0, order=0) == 0  # its own order: not trained
+    generator.charge(tokens=5, context=0)  # 100 FLOPs: order 0 is done at 100
+    trainer = ModeledTrainerClock(trainer_speed=2.0, shape=shape)
+    no_batch = SimpleNamespace(batch=None)  # every group filtered: a step of no FLOPs
+    assert trainer.schedule(no_batch, order_done=100.0) == (100.0, 100.0, 0.0)
+    channels.schedule.put((0, 100.0))
+    assert generator.start_order(1) == 0.0  # order 1 is handed out at the start (k + 1 orders)
+    assert generator.due_version(0, order=1) == 1  # step 0 ended at 100: version 1 from the next forward pass
+    generator.charge(tokens=10, context=0)  # order 1: 100 -> 300
+    channels.schedule.put((1, 400.0))  # step 1 ends at 400, its version 2 after order 2's first passes
+    assert generator.start_order(2) == 0.0 and generator.due_version(1, order=2) == 1
+    generator.charge(tokens=6, context=0)  # 300 -> 420
+    assert generator.due_version(1, order=2) == 2
+    channels.schedule.put((2, 1000.0))
+    assert generator.start_order(3) == 0.0  # handed out when step 1 ended (400): the generator was past it
+    generator.charge(tokens=1, context=0)
+    channels.schedule.put((3, 2000.0))
+    assert generator.start_order(5) == 2000.0 - 440.0 and generator.now == 2000.0  # handed out as step 3 ends
+    channels.schedule.put((4, 3000.0))
+    assert generator.due_version(2, order=5) == 4  # versions 3 and 4 at once: 3 is never loaded
+
+
 def run_sweep_train(overrides: list[str], run_dir: Path) -> subprocess.Popen:
     command = [sys.executable, "-m", "sweeps.cli", "train", *overrides, "--run-dir", str(run_dir)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             cwd=Path(__file__).resolve().parents[2])
 
 
-@pytest.mark.parametrize("role", ["generator", "trainer"])
-def test_kill_9_of_a_role_stops_the_run_naming_it_and_a_rerun_resumes(tiny_overrides, tmp_path, role):
-    overrides = tiny_overrides(*pipeline_overrides(2), "eval.every_steps=2", "checkpoint.every_steps=2", run_steps=16)
+# With modeled timing a role may be waiting on the other's progress (its posted step end, its loaded version).
+@pytest.mark.parametrize("role, timing", [("generator", "real"), ("trainer", "real"), ("generator", "modeled"),
+                                          ("trainer", "modeled")])
+def test_kill_9_of_a_role_stops_the_run_naming_it_and_a_rerun_resumes(tiny_overrides, tmp_path, role, timing):
+    overrides = tiny_overrides(*pipeline_overrides(2), f"off_policy.timing={timing}", "eval.every_steps=2",
+                               "checkpoint.every_steps=2", run_steps=16)
     run_dir = tmp_path / "run"
     process = run_sweep_train(overrides, run_dir)
     deadline = time.time() + 300

@@ -26,7 +26,8 @@ GOLDEN_LOO = [
      ["length_control.answer_budget", "length_control.cache_length", "length_control.max_length",
       "length_control.max_thinking", "length_control.min_thinking", "length_control.name", "length_control.phrase"]),
     ("off_policy", "ppo_off_policy(k=8)",
-     ["off_policy.generator_devices", "off_policy.name", "off_policy.trainer_devices"]),
+     ["off_policy.generator_devices", "off_policy.name", "off_policy.timing", "off_policy.trainer_devices",
+      "off_policy.trainer_speed"]),
     ("precision", "fp32_head=false", ["precision.fp32_head"]),
 ]
 
