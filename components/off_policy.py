@@ -52,8 +52,9 @@ class PipelineRlMode(OffPolicyMode):
         trainer_devices: devices of the trainer, in [1, 1024] (default 1).
         timing: "real" (default) or "modeled": when new weights reach the generator (above).
         trainer_speed: with timing "modeled", the trainer's FLOPs a second over the generator's, in
-            (0, 1000] (default 3.4: one core each on the 2-core testbed, where it gives PipelineRL-8 the
-            staleness real timing shows there, ~5.9; BENCHMARKS.md).
+            (0, 1000] (default 3.4, near one core each on the 2-core testbed, whose trainer is the slower
+            role with real timing too: at 3.4 the modeled trainer is the bottleneck, so tokens arrive ~k
+            versions old once the pipeline has filled; BENCHMARKS.md, "PipelineRL's modeled timing").
     """
 
     asynchronous = True
