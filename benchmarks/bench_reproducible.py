@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_reproducible.py SWEEP_DIR [--axes batch_filter,aggregation] [--seeds 0]
         [--busy 1]
+    .venv/bin/python benchmarks/bench_reproducible.py SWEEP_DIR --rerun-dir RERUN_SWEEP_DIR   (compare only)
 
 SWEEP_DIR is a finished `sweep run` (its spec.yaml is read back). The same spec, cut to the base and the named
 axes on the named seeds and renamed `<name>-rerun`, runs again with `sweep run` while --busy CPU-bound
@@ -50,7 +51,13 @@ def main() -> None:
     parser.add_argument("--axes", default="batch_filter,aggregation", help="axes to rerun beside the base")
     parser.add_argument("--seeds", default="0", help="seeds to rerun, comma-separated")
     parser.add_argument("--busy", type=int, default=1, help="CPU-bound processes beside the rerun")
+    parser.add_argument("--rerun-dir", type=Path, default=None,
+                        help="compare SWEEP_DIR with this finished rerun instead of running one")
     args = parser.parse_args()
+    if args.rerun_dir is not None:
+        jobs = compare_sweeps(args.sweep_dir, args.rerun_dir)
+        print(f"all identical: {all(job['identical'] for job in jobs)}")
+        return
 
     spec = yaml.safe_load((args.sweep_dir / "spec.yaml").read_text())
     axes = args.axes.split(",") if args.axes else []
@@ -80,10 +87,24 @@ def main() -> None:
         for process in busy:
             process.kill()
             process.wait()
-    rerun_dir = REPO / "runs" / spec["name"]
+    jobs = compare_sweeps(args.sweep_dir, REPO / "runs" / spec["name"])
+    result = {"sweep_dir": str(args.sweep_dir), "busy": args.busy, "minutes": (time.time() - started) / 60,
+              "load_average_1min": {"median": sorted(loads)[len(loads) // 2] if loads else None,
+                                    "min": min(loads, default=None), "max": max(loads, default=None),
+                                    "readings": len(loads)}, "jobs": jobs}
+    (OUT / "bench_reproducible.json").write_text(json.dumps(result, indent=1))
+    print(f"load average (1 min) median {result['load_average_1min']['median']}, "
+          f"{len(loads)} readings; all identical: {all(job['identical'] for job in jobs)}")
+
+
+def compare_sweeps(sweep_dir: Path, rerun_dir: Path) -> list[dict]:
+    """Each finished job of the rerun against the job of the same run id in the first sweep; printed."""
     jobs = []
     for run_dir in sorted((rerun_dir / "runs").iterdir()):
-        first_dir = args.sweep_dir / "runs" / run_dir.name
+        if not (run_dir / "done.json").is_file():
+            print(f"{run_dir.name}: not finished in {rerun_dir}")
+            continue
+        first_dir = sweep_dir / "runs" / run_dir.name
         first, second = evaluation_points(first_dir), evaluation_points(run_dir)
         differences = compare(first, second)
         jobs.append({"run_id": run_dir.name, "points": len(second), "identical": not differences,
@@ -93,13 +114,7 @@ def main() -> None:
               f"{'identical' if not differences else 'differs: ' + '; '.join(differences[:3])}; "
               f"generation + training {jobs[-1]['wall_seconds'][0]:.1f} s first, {jobs[-1]['wall_seconds'][1]:.1f} s "
               f"under load")
-    result = {"sweep_dir": str(args.sweep_dir), "busy": args.busy, "minutes": (time.time() - started) / 60,
-              "load_average_1min": {"median": sorted(loads)[len(loads) // 2] if loads else None,
-                                    "min": min(loads, default=None), "max": max(loads, default=None),
-                                    "readings": len(loads)}, "jobs": jobs}
-    (OUT / "bench_reproducible.json").write_text(json.dumps(result, indent=1))
-    print(f"load average (1 min) median {result['load_average_1min']['median']}, "
-          f"{len(loads)} readings; all identical: {all(job['identical'] for job in jobs)}")
+    return jobs
 
 
 if __name__ == "__main__":
