@@ -29,12 +29,15 @@ from pathlib import Path
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 OUT = REPO / "benchmarks" / "out"
 COMPARED = ("step", "eval/pass_rate", "compute/flops", "train/staleness", "train/loss")
 
 
 def evaluation_points(run_dir: Path) -> list[dict]:
-    return [record for record in map(json.loads, open(run_dir / "metrics.jsonl")) if "eval/pass_rate" in record]
+    from recipe.tracking import read_metrics
+
+    return [record for record in read_metrics(run_dir) if "eval/pass_rate" in record]
 
 
 def compare(first: list[dict], second: list[dict]) -> list[str]:

@@ -97,6 +97,13 @@ class Minibatch:
     response_lengths: list[int]
     cpu_seconds: float  # generation CPU time, charged with `seconds`
 
+    def trained_lengths(self) -> tuple[list[int], list[int]]:
+        """(prompt lengths, response lengths) of the rows trained on; none when every group was filtered."""
+        if self.batch is None:
+            return [], []
+        kept = self.batch.rollout
+        return kept.attention_mask[:, : kept.prompt_width].sum(dim=1).tolist(), kept.lengths.tolist()
+
 
 def select_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
     """The rollout's `rows`, cut to their own width: prompt columns that are padding in every selected row
@@ -222,9 +229,7 @@ def train_on(minibatch: Minibatch, version: int, run: "Run") -> dict[str, float]
                               micro_batch_tokens=cfg.optimizer.micro_batch_tokens,
                               gradient_checkpointing=cfg.optimizer.gradient_checkpointing,
                               staleness_bound=c.off_policy.max_staleness))
-    kept = minibatch.batch.rollout
-    meter.add_training(time.perf_counter() - started, run.shape,
-                       kept.attention_mask[:, : kept.prompt_width].sum(dim=1).tolist(), kept.lengths.tolist())
+    meter.add_training(time.perf_counter() - started, run.shape, *minibatch.trained_lengths())
     return metrics
 
 

@@ -274,9 +274,7 @@ class ModeledTrainerClock:
 
     def schedule(self, minibatch, order_done: float) -> tuple[float, float, float]:
         """(the step's modeled end, the modeled time it waited for its groups, its modeled duration)."""
-        kept = minibatch.batch.rollout if minibatch.batch is not None else None
-        flops = 0.0 if kept is None else training_flops(
-            self.shape, kept.attention_mask[:, : kept.prompt_width].sum(dim=1).tolist(), kept.lengths.tolist())
+        flops = training_flops(self.shape, *minibatch.trained_lengths())  # 0 when every group was filtered
         waited = max(0.0, order_done - self.end)
         self.end = max(self.end, order_done) + flops / self.speed
         return self.end, waited, flops / self.speed
@@ -521,8 +519,8 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
     seed = [cfg.seed, version, 1]
     rngs = {"torch": torch.Generator(device=device).manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0])),
             "numpy": np.random.default_rng(seed)}
-    totals = {"busy": 0.0, "idle": 0.0, "paused": 0.0}
-    latencies: list[float] = []
+    totals = {"busy": 0.0, "idle": 0.0, "paused": 0.0, "updates": 0}
+    latencies: list[float] = []  # seconds from a publication to its load (real timing: modeled loads wait on purpose)
 
     def account_wait(seconds: float) -> None:
         totals["paused" if channels.pause.is_set() else "idle"] += seconds
@@ -541,12 +539,13 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
             if due > version:
                 totals["idle"] += wait_until(lambda: channels.weights.receive_version(model, due), channels)
                 version = due
-                latencies.append(0.0)
+                totals["updates"] += 1
                 channels.generator_version.value = version
             modeled.charge(tokens, context)
         elif channels.weights.version.value > version:
             version, latency = channels.weights.receive(model)
             latencies.append(latency)
+            totals["updates"] += 1
         return version
 
     while True:
@@ -555,7 +554,7 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
             return
         index, prompt_ids = order
         paused_before, idle_before = totals["paused"], totals["idle"]
-        updates_before = len(latencies)
+        updates_before, latencies_before = totals["updates"], len(latencies)
         modeled_idle = modeled.start_order(index) if modeled is not None else 0.0
         modeled_started = modeled.now if modeled is not None else 0.0
         samples = sample_groups(generator, task, c, cfg, prompt_ids, rngs, policy_version=version,
@@ -564,8 +563,8 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
         totals["busy"] += busy
         samples.seconds = busy  # the compute this order cost (pauses and waits for the trainer excluded)
         stats = {"busy": busy, "busy_total": totals["busy"], "idle_total": totals["idle"],
-                 "tokens": int(samples.rollout.lengths.sum()), "updates": len(latencies) - updates_before,
-                 "latencies": latencies[updates_before:] if modeled is None else []}
+                 "tokens": int(samples.rollout.lengths.sum()), "updates": totals["updates"] - updates_before,
+                 "latencies": latencies[latencies_before:]}
         if modeled is not None:
             stats["modeled_done"] = modeled.now
             stats["modeled_idle_frac"] = modeled_idle / max(modeled_idle + modeled.now - modeled_started, 1e-9)

@@ -156,7 +156,10 @@ def test_modeled_clocks_hand_the_generator_each_version_once_its_step_has_ended(
     assert generator.start_order(0) == 0.0 and generator.due_version(0, order=0) == 0  # its own order: not trained
     generator.charge(tokens=5, context=0)  # 100 FLOPs: order 0 is done at 100
     trainer = ModeledTrainerClock(trainer_speed=2.0, shape=shape)
-    no_batch = SimpleNamespace(batch=None)  # every group filtered: a step of no FLOPs
+    from recipe.run import Minibatch
+
+    no_batch = Minibatch(batch=None, metrics={}, seconds=0.0, prompt_lengths=[], response_lengths=[],
+                         cpu_seconds=0.0)  # every group filtered: a step of no FLOPs
     assert trainer.schedule(no_batch, order_done=100.0) == (100.0, 100.0, 0.0)
     channels.schedule.put((0, 100.0))
     assert generator.start_order(1) == 0.0  # order 1 is handed out at the start (k + 1 orders)
