@@ -49,7 +49,7 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0, "eval.min_gap_steps": 1,
                    "eval.compute_unit": "flops", "eval.at_compute": (), "eval.schedule_until": 0.0,
                    "eval.late_from": 0.0, "eval.late_samples_per_prompt": 0,
-                   "off_policy.timing": "real", "off_policy.trainer_speed": 3.4}
+                   "off_policy.timing": "real", "off_policy.trainer_speed": 3.4, "replicate": 0}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -145,7 +145,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "max_steps": (0, math.inf, True), "engine.num_processes": (1, math.inf, True),
     "engine.vllm_server_devices": (0, math.inf, True),
     # Seeds feed numpy and Python generators as well as torch's: numpy takes 0 <= seed < 2^32.
-    **{key: (0, MAX_SEED, True) for key in ("seed", "warm_start.seed", "task.data_seed", "eval.seed")},
+    **{key: (0, MAX_SEED, True) for key in ("seed", "warm_start.seed", "task.data_seed", "eval.seed", "replicate")},
 }
 
 
@@ -240,6 +240,10 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
         raise ConfigError(f"off_policy.timing: 'modeled' charges the generator's forward passes one decode step at "
                           f"a time, which rollout.generator {flat['rollout.generator']!r} does not expose; use "
                           "rollout.generator=torch or off_policy.timing=real")
+    if flat.get("replicate", 0) and flat.get("engine.name") == "trl":
+        raise ConfigError(f"replicate: got {flat['replicate']}, but the trl engine seeds its prompt order and its "
+                          "sampling from one seed, so a replicate would not share its seed's prompts; use "
+                          "engine.name=native, or other seeds (seed=...) instead")
     if flat.get("task.name") == "jsonl" and not flat.get("task.train_path"):
         raise ConfigError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
     if flat.get("task.name") == "embedded" and "task.max_digits" in flat:

@@ -282,6 +282,17 @@ def same_run(config_path: Path, cfg: RecipeConfig) -> bool:
         return False
 
 
+def rollout_rngs(cfg: RecipeConfig, device) -> dict:
+    """The rollouts' random streams {"torch", "numpy"}: seeded by `seed` for replicate 0 (as every run before
+    replicates existed), by (seed, replicate) for the others. The warm start, the prompt order
+    (curriculum.reset) and the evaluation's draws do not read these, so a seed's replicates share them."""
+    if cfg.replicate == 0:
+        return {"torch": torch.Generator(device=device).manual_seed(cfg.seed), "numpy": np.random.default_rng(cfg.seed)}
+    entropy = [cfg.seed, cfg.replicate, 3]
+    torch_seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
+    return {"torch": torch.Generator(device=device).manual_seed(torch_seed), "numpy": np.random.default_rng(entropy)}
+
+
 def resolve_device(device: str = "auto") -> str:
     """"auto" -> "cuda" where torch sees a GPU, else "cpu"; anything else is checked and returned."""
     if device == "auto":
@@ -411,8 +422,7 @@ class Run:
         self.meter = ComputeMeter(devices=devices, clock=clock_for(device))  # a checkpoint's clock replaces it
         self.pending = Averager()
         torch.manual_seed(cfg.seed)
-        self.rngs = {"torch": torch.Generator(device=device).manual_seed(cfg.seed),
-                     "numpy": np.random.default_rng(cfg.seed)}
+        self.rngs = rollout_rngs(cfg, device)
         self.eval_kwargs = evaluation_kwargs(cfg, self.c)
         self.eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps,
                                            cfg.eval.min_gap_steps)

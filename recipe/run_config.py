@@ -231,4 +231,8 @@ class RecipeConfig:
     tracking: TrackingConfig = dataclasses.field(default_factory=TrackingConfig)
     engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)
     seed: int = 0
+    # Which of a seed's runs this is: replicates share the seed's warm start, prompt order and evaluation
+    # draws and draw other rollouts (recipe.run.rollout_rngs). A scan over it (`scan: {replicate: [0, 1, 2]}`)
+    # is an A/A sweep: how far one recipe's runs part when only their rollout draws differ.
+    replicate: int = 0
     max_steps: int = 250

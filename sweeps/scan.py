@@ -105,10 +105,10 @@ def check_scan(scan: Mapping[str, Any]) -> Scan:
     """
     keys = [key for key in scan if key not in (REFERENCE, TOTAL_BATCH)]
     for key in keys:
-        if not isinstance(key, str) or "." not in key:
-            raise ConfigError(f"scan.{shown_key(key)}: unknown key; a scan names a dotted recipe key (e.g. "
-                              f"rollout.prompts_per_batch) with its values, plus optional {REFERENCE} and "
-                              f"{TOTAL_BATCH}")
+        if not isinstance(key, str) or not key:  # whether the recipe has it: check_scannable, at plan time
+            raise ConfigError(f"scan.{shown_key(key)}: unknown key; a scan names a recipe key (e.g. "
+                              f"rollout.prompts_per_batch, or replicate) with its values, plus optional "
+                              f"{REFERENCE} and {TOTAL_BATCH}")
     if not keys:
         raise ConfigError("scan: names no recipe key; give one with its values, e.g. "
                           "scan: {rollout.prompts_per_batch: [16, 32, 64], reference: 32}")

@@ -515,8 +515,8 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
         channels.generator_version.value = version
         modeled = ModeledGeneratorClock(ModelShape.of(model), channels, mode.k, start_version=version)
     # Sampling streams of their own; seeded by the version this process starts from, so a resumed
-    # run does not replay the samples of its first attempt.
-    seed = [cfg.seed, version, 1]
+    # run does not replay the samples of its first attempt; a replicate's streams are its own (recipe.run.rollout_rngs).
+    seed = [cfg.seed, version, 1] + ([cfg.replicate] if cfg.replicate else [])
     rngs = {"torch": torch.Generator(device=device).manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0])),
             "numpy": np.random.default_rng(seed)}
     totals = {"busy": 0.0, "idle": 0.0, "paused": 0.0, "updates": 0}

@@ -112,6 +112,30 @@ def test_run_id_depends_on_what_is_computed_only():
     assert run_id(load_recipe(overrides=["warm_start.steps=7"])) != base
     assert run_id(load_recipe(overrides=["eval.draws=per_point"])) != base
     assert run_id(load_recipe(overrides=["off_policy.timing=modeled"])) != base
+    assert run_id(load_recipe(overrides=["replicate=0"])) == base  # every run before replicates existed
+    assert run_id(load_recipe(overrides=["replicate=1"])) != base
+
+
+def test_a_replicate_needs_the_native_engine_and_a_seed_range():
+    with pytest.raises(ConfigError, match=r"replicate: got 1, but the trl engine .* use engine\.name=native"):
+        load_recipe(overrides=["replicate=1", "engine.name=trl", "off_policy=ppo_off_policy"])
+    with pytest.raises(ConfigError, match=r"replicate: got -1, expected in \[0, "):
+        load_recipe(overrides=["replicate=-1"])
+
+
+def test_a_replicate_draws_other_rollouts_from_the_same_seed():
+    import torch
+
+    from recipe.run import rollout_rngs
+
+    def draws(**changes):
+        rngs = rollout_rngs(dataclasses.replace(SCALERL, **changes), "cpu")
+        return torch.rand(4, generator=rngs["torch"]).tolist() + rngs["numpy"].random(2).tolist()
+
+    legacy = torch.rand(4, generator=torch.Generator().manual_seed(3)).tolist()
+    assert draws(seed=3)[:4] == legacy  # replicate 0: the streams every run had before replicates
+    assert draws(seed=3, replicate=1) == draws(seed=3, replicate=1)
+    assert len({tuple(draws(seed=3, replicate=r)) for r in range(3)} | {tuple(draws(seed=4, replicate=1))}) == 4
 
 
 # The phrase of the runs before the base recipe took the paper's (issue 39); their ids hashed it.

@@ -41,6 +41,18 @@ def test_a_scan_plans_values_x_seeds_with_the_reference_as_the_shared_base():
         scan_spec({"rollout.prompts_per_batch": [16, 32, 64]}), jobs)
 
 
+def test_a_scan_over_replicate_is_an_aa_sweep_of_the_base_on_other_rollout_draws():
+    jobs = plan_sweep(scan_spec({"replicate": [0, 1, 2]}))  # the reference: the recipe's own replicate 0
+    assert [(job.variant, job.seed) for job in jobs[:3]] == [("base", 0), ("replicate=1", 0), ("replicate=2", 0)]
+    base = {job.seed: job for job in jobs if job.axis == BASE}
+    assert all(differing_paths(base[job.seed].recipe, job.recipe) == ([] if job.axis == BASE else ["replicate"])
+               for job in jobs)
+    # replicate 0 is the recipe every sweep runs: the same ids as a LOO's base, so its runs can be shared
+    loo = plan_sweep(spec_from_dict({"name": "s", "budget": {"fit_at": 10, "target": 20}, "axes": {"loss": "dapo"},
+                                     "seeds": [0, 1, 2]}, "spec.yaml"))
+    assert {job.run_id for job in loo if job.axis == BASE} == {job.run_id for job in base.values()}
+
+
 def test_the_reference_defaults_to_the_base_value_and_can_be_any_listed_value():
     jobs = plan_sweep(scan_spec({"rollout.prompts_per_batch": [64, 32]}))  # the base recipe's 32
     assert [job.choice for job in jobs if job.axis == BASE] == ["32"] * 3
@@ -85,7 +97,8 @@ def test_keys_that_change_together_follow_the_scanned_key_and_each_shape_needs_i
     ({"rollout.prompts_per_batch": []}, r"scan\.rollout\.prompts_per_batch: got \[\] \(list\), expected a non-empty"),
     ({"rollout.prompts_per_batch": 32}, r"scan\.rollout\.prompts_per_batch: got 32 \(int\), expected a non-empty"),
     ({"rollout.prompts_per_batch": [16, {"a": 1}]}, r"\{'a': 1\} \(dict\) is not a plain value"),
-    ({"seed": [1, 2]}, r"scan\.seed: unknown key; a scan names a dotted recipe key"),
+    ({"seed": [1, 2], "reference": 1}, r"^scan\.seed: not scannable .* the sweep sets it"),
+    ({"seeds": [1, 2], "reference": 1}, r"^scan\.seeds: unknown recipe key; did you mean seed"),
     ({"tracking.mlflow": [True, False], "reference": True}, r"^scan\.tracking\.mlflow: not scannable"),
     ({"reference": 3}, r"scan: names no recipe key"),
     ({"rollout.prompts_per_batch": [16, 32], "model.hidden_size": [64]},
