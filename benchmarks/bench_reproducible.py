@@ -67,8 +67,9 @@ def main() -> None:
     unknown = sorted(set(axes) - set(spec["axes"]))
     if unknown:
         raise SystemExit(f"--axes: {', '.join(unknown)} not among the sweep's axes ({', '.join(spec['axes'])})")
+    # The frozen spec names its own sweep directory (output_dir): the rerun gets one of its own, runs/<name>-rerun.
     spec.update(name=f"{spec['name']}-rerun", axes={axis: spec["axes"][axis] for axis in axes},
-                seeds=[int(seed) for seed in args.seeds.split(",")])
+                seeds=[int(seed) for seed in args.seeds.split(",")], output_dir=None)
     rerun_spec = OUT / "bench_reproducible.yaml"
     OUT.mkdir(parents=True, exist_ok=True)
     rerun_spec.write_text(yaml.safe_dump(spec, sort_keys=False))
