@@ -282,15 +282,19 @@ def same_run(config_path: Path, cfg: RecipeConfig) -> bool:
         return False
 
 
+def random_streams(entropy: list[int], device) -> dict:
+    """{"torch", "numpy"} generators seeded from one list of integers (numpy's SeedSequence entropy)."""
+    torch_seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
+    return {"torch": torch.Generator(device=device).manual_seed(torch_seed), "numpy": np.random.default_rng(entropy)}
+
+
 def rollout_rngs(cfg: RecipeConfig, device) -> dict:
     """The rollouts' random streams {"torch", "numpy"}: seeded by `seed` for replicate 0 (as every run before
     replicates existed), by (seed, replicate) for the others. The warm start, the prompt order
     (curriculum.reset) and the evaluation's draws do not read these, so a seed's replicates share them."""
     if cfg.replicate == 0:
         return {"torch": torch.Generator(device=device).manual_seed(cfg.seed), "numpy": np.random.default_rng(cfg.seed)}
-    entropy = [cfg.seed, cfg.replicate, 3]
-    torch_seed = int(np.random.SeedSequence(entropy).generate_state(1)[0])
-    return {"torch": torch.Generator(device=device).manual_seed(torch_seed), "numpy": np.random.default_rng(entropy)}
+    return random_streams([cfg.seed, cfg.replicate, 3], device)
 
 
 def resolve_device(device: str = "auto") -> str:

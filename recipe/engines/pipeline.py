@@ -69,7 +69,8 @@ from recipe.compute import ModelShape, clocks, since, training_flops
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
 from recipe.run import (Run, Samples, assemble_minibatch, build_components, build_generator, configure_cuda,
-                        devices_held, model_directory, prepare_run_dir, role_device, sample_groups, train_on)
+                        devices_held, model_directory, prepare_run_dir, random_streams, role_device, sample_groups,
+                        train_on)
 from recipe.model import lm_parts, load_model_dir
 from recipe.tasks import build_task
 from recipe.tracking import read_metrics
@@ -516,9 +517,7 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
         modeled = ModeledGeneratorClock(ModelShape.of(model), channels, mode.k, start_version=version)
     # Sampling streams of their own; seeded by the version this process starts from, so a resumed
     # run does not replay the samples of its first attempt; a replicate's streams are its own (recipe.run.rollout_rngs).
-    seed = [cfg.seed, version, 1] + ([cfg.replicate] if cfg.replicate else [])
-    rngs = {"torch": torch.Generator(device=device).manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0])),
-            "numpy": np.random.default_rng(seed)}
+    rngs = random_streams([cfg.seed, version, 1] + ([cfg.replicate] if cfg.replicate else []), device)
     totals = {"busy": 0.0, "idle": 0.0, "paused": 0.0, "updates": 0}
     latencies: list[float] = []  # seconds from a publication to its load (real timing: modeled loads wait on purpose)
 

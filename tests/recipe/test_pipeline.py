@@ -140,8 +140,8 @@ def test_modeled_timing_makes_a_pipeline_run_the_same_whatever_the_machine_is_do
     # takes in fresher tokens (its weights reach the generator sooner).
     fast = modeled_run(tiny_recipe, tmp_path / "fast", "off_policy.trainer_speed=16.0")
     assert [r.get("train/staleness") for r in fast] != first["staleness"]
-    # A replicate of the same seed (a sweep's base_replicates) starts from the same point, evaluated on the same
-    # draws, and trains on other rollouts.
+    # A replicate of the same seed (recipe key replicate: an A/A scan's runs) starts from the same point,
+    # evaluated on the same draws, and trains on other rollouts.
     replicate = run_outcome(tmp_path / "replicate", modeled_run(tiny_recipe, tmp_path / "replicate", "replicate=1"))
     assert replicate["pass_rates"][0] == first["pass_rates"][0]
     assert not all(torch.equal(first["weights"][name], replicate["weights"][name]) for name in first["weights"])
