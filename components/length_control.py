@@ -27,6 +27,10 @@ class LengthControl:
     def thinking_budgets(self, num_samples: int, rng: np.random.Generator) -> np.ndarray | None:
         return None
 
+    def budget_distribution(self) -> dict[int, float] | None:
+        """P(budget = b) for every budget thinking_budgets can draw; None when it draws none."""
+        return None
+
     def shape_rewards(self, rewards, lengths, correct):
         return rewards
 
@@ -63,6 +67,11 @@ class InterruptionLengthControl(LengthControl):
 
     def thinking_budgets(self, num_samples: int, rng: np.random.Generator) -> np.ndarray:
         return rng.integers(self.min_thinking, self.max_thinking, size=num_samples, endpoint=True)
+
+    def budget_distribution(self) -> dict[int, float]:
+        """P(budget = b) = 1 / (max_thinking - min_thinking + 1) for b in min_thinking..max_thinking."""
+        count = self.max_thinking - self.min_thinking + 1
+        return {budget: 1.0 / count for budget in range(self.min_thinking, self.max_thinking + 1)}
 
 
 @LENGTH_CONTROLS.register("length_penalty")

@@ -32,7 +32,7 @@ from components.registry import ConfigError, check_value_type, describe_value, s
 from recipe.compute import COMPUTE_AXES
 from recipe.engines.launch import check_sharding_value
 from recipe.engines.support import check_engine
-from recipe.run_config import EVAL_DRAWS, GENERATORS, MODEL_DTYPES, TASK_NAMES, RecipeConfig
+from recipe.run_config import CONTROL_VARIATES, EVAL_DRAWS, GENERATORS, MODEL_DTYPES, TASK_NAMES, RecipeConfig
 from recipe.scalerl import SCALERL
 
 AXES = tuple(REGISTRIES)
@@ -49,7 +49,8 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0, "eval.min_gap_steps": 1,
                    "eval.compute_unit": "flops", "eval.at_compute": (), "eval.schedule_until": 0.0,
                    "eval.late_from": 0.0, "eval.late_samples_per_prompt": 0,
-                   "off_policy.timing": "real", "off_policy.trainer_speed": 3.4, "replicate": 0}
+                   "off_policy.timing": "real", "off_policy.trainer_speed": 3.4, "replicate": 0,
+                   "eval.control_variate": "none"}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -152,7 +153,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {
 # The string run settings with a fixed set of values (component names are checked by their registries).
 # engine.sharding: a name or an accelerate config file's path (recipe.engines.launch.check_sharding_value).
 CHOICES: dict[str, tuple[str, ...]] = {"eval.draws": EVAL_DRAWS, "task.name": TASK_NAMES, "model.dtype": MODEL_DTYPES,
-                                       "rollout.generator": GENERATORS, "eval.compute_unit": tuple(COMPUTE_AXES)}
+                                       "rollout.generator": GENERATORS, "eval.compute_unit": tuple(COMPUTE_AXES),
+                                       "eval.control_variate": CONTROL_VARIATES}
 
 
 def check_ranges(data: Mapping[str, Any]) -> None:
@@ -244,6 +246,15 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
         raise ConfigError(f"replicate: got {flat['replicate']}, but the trl engine seeds its prompt order and its "
                           "sampling from one seed, so a replicate would not share its seed's prompts; use "
                           "engine.name=native, or other seeds (seed=...) instead")
+    if flat.get("eval.control_variate") == "reference":
+        if flat.get("task.name", "embedded") != "embedded":
+            raise ConfigError(f"eval.control_variate: 'reference' needs problems with a reference solution, which task "
+                              f"{flat['task.name']!r} does not have (only the embedded task does); use "
+                              "eval.control_variate=none")
+        if flat.get("rollout.generator", "torch") != "torch":
+            raise ConfigError(f"eval.control_variate: 'reference' takes the reference's probability from the torch "
+                              f"model, which rollout.generator {flat['rollout.generator']!r} does not sample with; use "
+                              "rollout.generator=torch or eval.control_variate=none")
     if flat.get("task.name") == "jsonl" and not flat.get("task.train_path"):
         raise ConfigError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
     if flat.get("task.name") == "embedded" and "task.max_digits" in flat:

@@ -7,6 +7,14 @@ scored on the same draws at the same step (evaluation_streams). Evaluating never
 training streams, and a resumed run evaluates exactly as an uninterrupted one.
 Length control acts as in training (interruption is part of how the model answers); rewards are
 the checker's verdict alone, never length-shaped.
+
+eval.control_variate "reference" (reference_control_variate) estimates the same expectation with most of
+its sampling noise gone, where each problem has a reference solution: per prompt i,
+    q_i = p_i + (1/k) sum_j (c_ij - r_ij),
+p_i the exact probability that a sample is one of the reference's responses (teacher-forced, the thinking
+budget's law summed over), r_ij = 1 when sample j is one, c_ij = 1 when it is correct. E[r_ij] = p_i, so
+E[q_i] = E[c_ij]: unbiased; and as a correct sample is nearly always the reference's response, c - r is
+nearly always 0 and its variance is what is left of the sampling noise.
 """
 
 from __future__ import annotations
@@ -17,8 +25,9 @@ import time
 import numpy as np
 import torch
 
-from recipe.generator import Rollout, decode_responses
+from recipe.generator import RowState, Rollout, decode_responses
 from recipe.run_config import EVAL_DRAWS
+from recipe.tasks import THINK_CLOSE
 
 
 def evaluation_steps(every_steps: int, points_per_doubling: int, max_steps: int,
@@ -99,6 +108,130 @@ def evaluation_streams(seed: int, draws: str, step: int, device) -> tuple[torch.
     return torch.Generator(device=device).manual_seed(torch_seed), np.random.default_rng([seed, 7, step])
 
 
+def reference_paths(tokenizer, problems, length_control, max_new_tokens: int) -> list[dict]:
+    """The responses the generator emits for each problem when every token it samples is the reference's.
+
+    The reference response is the problem's reference_thinking, `</think>`, its answer and <eos>. The
+    generator's own row state (recipe.generator.RowState) runs over it once per thinking budget the length
+    control can draw: a budget the thinking reaches forces the interruption phrase in and the answer follows
+    it, a larger one lets the thinking close itself (every budget past the reference's thinking gives that
+    same response, so they are merged). Returns one dict per path: problem index, `tokens` and `sampled`
+    (the emitted tokens and which of them are samples, as a rollout's response and loss mask), `weight` (the
+    probability of its budget). A path the length limit would cut is left out (no sample can be it correct).
+    """
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    close = tokenizer.encode(THINK_CLOSE, add_special_tokens=False)
+    law = length_control.budget_distribution()
+    rows = []  # (problem index, budget or None, weight, reference tokens, where its answer starts)
+    for index, problem in enumerate(problems):
+        thinking = tokenizer.encode(problem.reference_thinking, add_special_tokens=False) + close
+        stream = thinking + tokenizer.encode(problem.answer, add_special_tokens=False) + [eos]
+        if law is None:
+            rows.append((index, None, 1.0, stream, len(thinking)))
+            continue
+        merged: dict[int, float] = {}
+        for budget, probability in law.items():
+            budget = min(budget, len(thinking) + 1)  # past the thinking's own length: the same response
+            merged[budget] = merged.get(budget, 0.0) + probability
+        rows += [(index, budget, weight, stream, len(thinking)) for budget, weight in sorted(merged.items())]
+    if not rows:
+        return []
+    budgets = None if law is None else torch.tensor([row[1] for row in rows])
+    phrase = None if law is None else tokenizer.encode(length_control.interruption_phrase, add_special_tokens=False)
+    state = RowState(len(rows), eos=eos, pad=pad, close=close, phrase=phrase, budgets=budgets,
+                     answer_budget=length_control.answer_budget)
+    limit = max(max_new_tokens, state.interrupted_width())  # as recipe.generator.generate
+    width = max(len(row[3]) for row in rows)
+    streams = torch.tensor([row[3] + [pad] * (width - len(row[3])) for row in rows])
+    answer_at = torch.tensor([row[4] for row in rows])
+    position = torch.zeros(len(rows), dtype=torch.long)  # the next reference token each row would sample
+    answering = torch.zeros(len(rows), dtype=torch.bool)
+    emitted, sampled_steps = [], []
+    for _ in range(limit):
+        # A row whose phrase has just been forced in goes on with the reference's answer.
+        jump = state.interrupted & (state.phrase_at < 0) & ~answering
+        position = torch.where(jump, answer_at, position)
+        answering |= jump | (position >= answer_at)
+        token, sampled = state.force(streams.gather(1, position.clamp_max(width - 1)[:, None]).squeeze(1))
+        emitted.append(token)
+        sampled_steps.append(sampled)
+        state.advance(token, sampled, torch.stack(emitted[-len(close):]))
+        position += sampled.long()
+        if bool(state.finished.all()):
+            break
+    emitted, sampled_steps = torch.stack(emitted, dim=1), torch.stack(sampled_steps, dim=1)
+    complete = state.finished & ~state.truncated
+    paths: dict[tuple, dict] = {}  # budgets that give the same response are one path, their probabilities summed
+    for r, (index, _, weight, _, _) in enumerate(rows):
+        if complete[r]:
+            length = int(state.lengths[r])
+            tokens, sampled = tuple(emitted[r, :length].tolist()), tuple(sampled_steps[r, :length].tolist())
+            path = paths.setdefault((index, tokens, sampled),
+                                    {"problem": index, "tokens": tokens, "sampled": sampled, "weight": 0.0})
+            path["weight"] += weight
+    return list(paths.values())
+
+
+def path_probabilities(model, tokenizer, prompts: list[str], paths: list[dict], *, precision, temperature: float,
+                       batch_size: int) -> torch.Tensor:
+    """(len(paths),) float64: the probability that the generator samples each path's tokens, exp of the sum of
+    log softmax(head / temperature) over its sampled tokens (the forced ones are certain), teacher-forced
+    through the trainer's own computation (recipe.trainer.sequence_logprobs, the behaviour logprobs'
+    arithmetic) in batches of batch_size paths."""
+    from recipe.trainer import sequence_logprobs
+
+    device = next(model.parameters()).device
+    out = torch.zeros(len(paths), dtype=torch.float64)
+    for start in range(0, len(paths), batch_size):
+        chunk = paths[start:start + batch_size]
+        encoded = tokenizer([prompts[path["problem"]] for path in chunk], padding=True, return_tensors="pt")
+        width = max(len(path["tokens"]) for path in chunk)
+        response = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
+        sampled = torch.zeros(len(chunk), width, dtype=torch.bool)
+        for r, path in enumerate(chunk):
+            response[r, :len(path["tokens"])] = torch.tensor(path["tokens"])
+            sampled[r, :len(path["sampled"])] = torch.tensor(path["sampled"])
+        valid = (torch.arange(width)[None, :] < torch.tensor([len(p["tokens"]) for p in chunk])[:, None]).long()
+        input_ids = torch.cat([encoded.input_ids, response], dim=1).to(device)
+        attention_mask = torch.cat([encoded.attention_mask, valid], dim=1).to(device)
+        with torch.no_grad():
+            logprobs, _ = sequence_logprobs(model, precision, input_ids, attention_mask, encoded.input_ids.shape[1],
+                                            temperature)
+        out[start:start + len(chunk)] = (logprobs.double().cpu() * sampled).sum(dim=1).exp()
+    return out
+
+
+def response_keys(rollout: Rollout) -> list[tuple[tuple, tuple]]:
+    """Each row's (emitted tokens, which were sampled) up to its length: what reference_paths' paths are."""
+    responses, masks = rollout.response_ids.tolist(), rollout.loss_mask.tolist()
+    return [(tuple(responses[row][:length]), tuple(masks[row][:length]))
+            for row, length in enumerate(rollout.lengths.tolist())]
+
+
+def reference_control_variate(generator, problems, keys: list[tuple[tuple, tuple]], correct: torch.Tensor, k: int, *,
+                              precision, length_control, max_new_tokens: int, temperature: float,
+                              batch_size: int) -> dict[str, float]:
+    """The pass rate sum_i q_i / N with q_i = p_i + (1/k) sum_j (c_ij - r_ij) (module docstring), its
+    standard error from the sampling of c - r alone, sqrt(sum_i s_i^2 / k) / N (s_i^2 the unbiased variance
+    of prompt i's k values of c - r), and p = sum_i p_i / N (eval/reference_probability: the reference's own
+    share). keys (response_keys) and correct: the N x k sampled answers, prompt by prompt."""
+    tokenizer = generator.tokenizer
+    paths = reference_paths(tokenizer, problems, length_control, max_new_tokens)
+    probabilities = path_probabilities(generator.model, tokenizer, [p.prompt for p in problems], paths,
+                                       precision=precision, temperature=temperature, batch_size=batch_size)
+    reference = torch.zeros(len(problems), dtype=torch.float64)  # p_i
+    known: list[set] = [set() for _ in problems]
+    for path, probability in zip(paths, probabilities.tolist()):
+        reference[path["problem"]] += path["weight"] * probability
+        known[path["problem"]].add((path["tokens"], path["sampled"]))
+    is_reference = torch.tensor([key in known[row // k] for row, key in enumerate(keys)], dtype=torch.float64)  # r_ij
+    excess = (correct.double() - is_reference).view(len(problems), k)  # c_ij - r_ij
+    per_prompt = reference + excess.mean(dim=1)
+    spread = excess.var(dim=1, unbiased=True).sum() / k if k > 1 else torch.tensor(math.nan)
+    return {"eval/pass_rate": float(per_prompt.mean()), "eval/pass_rate_se": float(spread.sqrt() / len(problems)),
+            "eval/reference_probability": float(reference.mean())}
+
+
 def score(task, tokenizer, rollout: Rollout, answers: list[str]) -> torch.Tensor:
     """(B,) bool: the checker accepts the answer and the sample was not cut by a length limit."""
     texts = decode_responses(tokenizer, rollout)
@@ -131,7 +264,8 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
         answers += [p.answer for p in problems]
     greedy_rows = torch.arange(len(prompts)) >= sampled
     size = eval_cfg.batch_size
-    corrects, lengths, truncated, interrupted = [], [], [], []
+    corrects, lengths, truncated, interrupted, keys = [], [], [], [], []
+    control_variate = eval_cfg.control_variate == "reference"
     for start in range(0, len(prompts), size):
         rows = slice(start, start + size)
         rollout = generator.generate(prompts[rows], precision=precision, length_control=length_control,
@@ -142,6 +276,8 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
         lengths.append(rollout.lengths.cpu().float())
         truncated.append(rollout.truncated.cpu().float())
         interrupted.append(rollout.interrupted.cpu().float())
+        if control_variate:
+            keys += response_keys(rollout)
     correct = torch.cat(corrects)
     sampled_correct = correct[:sampled].float()
     per_prompt = sampled_correct.view(len(problems), k).mean(dim=1)  # q_i: prompt i's share correct
@@ -155,5 +291,11 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
     }
     if eval_cfg.greedy:
         metrics["eval/greedy_pass_rate"] = float(correct[sampled:].float().mean())
+    if control_variate:  # the same expectation, the reference's responses counted by their exact probability
+        metrics["eval/sampled_pass_rate"] = metrics["eval/pass_rate"]
+        metrics.update(reference_control_variate(
+            generator, problems, keys[:sampled], correct[:sampled], k, precision=precision,
+            length_control=length_control, max_new_tokens=max_new_tokens, temperature=temperature,
+            batch_size=size))
     metrics["eval/seconds"] = time.perf_counter() - started
     return metrics

@@ -122,6 +122,7 @@ class OptimizerConfig:
 
 
 EVAL_DRAWS = ("common", "per_point")  # EvalConfig.draws' values (recipe.evaluation.evaluation_streams)
+CONTROL_VARIATES = ("none", "reference")  # EvalConfig.control_variate's values (recipe.evaluation.evaluate)
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,11 @@ class EvalConfig:
     schedule_until: float = 0.0
     late_from: float = 0.0
     late_samples_per_prompt: int = 0
+    # "reference": the pass rate as the exact probability of the reference solution's responses plus the
+    # sampled share of the other correct ones (recipe.evaluation.reference_control_variate): the same
+    # expectation as mean@k, with the sampling noise of the reference's responses gone. Needs a task whose
+    # problems carry a reference (the embedded task) and the torch generator. "none": mean@k as sampled.
+    control_variate: str = "none"
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,10 @@ THINK_CLOSE = "</think>"
 class Problem:
     prompt: str  # the text the model continues (chat template already applied where there is one)
     answer: str  # reference answer for the checker
+    # The reference solution's thinking (the text before `</think>`), where the task has one (the embedded
+    # task's column trace): the response the evaluation's reference control variate takes the exact
+    # probability of (recipe.evaluation.reference_paths). None: no reference.
+    reference_thinking: str | None = None
 
 
 @dataclass
@@ -155,7 +159,8 @@ def build_addition_task(train_size: int, validation_size: int, min_digits: int, 
         if (a, b) in seen:
             continue
         seen.add((a, b))
-        problems.append(Problem(addition_prompt(a, b, max_digits), solution(a, b)[1]))
+        trace, answer = solution(a, b)
+        problems.append(Problem(addition_prompt(a, b, max_digits), answer, reference_thinking=trace))
     return AdditionTask("embedded", train=problems[validation_size:], validation=problems[:validation_size])
 
 

@@ -29,6 +29,11 @@ def test_interruption_budgets_come_from_the_window_and_rewards_are_unchanged():
     control = InterruptionLengthControl(min_thinking=10, max_thinking=12, answer_budget=4)
     budgets = control.thinking_budgets(1000, np.random.default_rng(0))
     assert set(budgets.tolist()) == {10, 11, 12}  # both ends of the window are reachable
+    # the law it states is the one it draws from (the evaluation's control variate sums over it)
+    law = control.budget_distribution()
+    assert law == pytest.approx({10: 1 / 3, 11: 1 / 3, 12: 1 / 3})
+    for budget, probability in law.items():
+        assert abs(float((budgets == budget).mean()) - probability) < 0.05
     assert control.answer_budget == 4
     assert control.interruption_phrase == INTERRUPTION_PHRASE
     # ScaleRL (arXiv 2510.13786) appendix A.10, word for word
@@ -40,6 +45,7 @@ def test_interruption_budgets_come_from_the_window_and_rewards_are_unchanged():
 def test_none_neither_interrupts_nor_shapes():
     control = NoLengthControl()
     assert control.thinking_budgets(4, np.random.default_rng(0)) is None
+    assert control.budget_distribution() is None
     assert control.interruption_phrase is None
 
 

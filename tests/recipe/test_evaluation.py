@@ -183,3 +183,104 @@ def test_evaluation_logs_its_sampling_standard_error(tiny_recipe, tmp_path):
     spread = np.std([r["eval/pass_rate"] for r in runs], ddof=1)
     assert 0 < logged < 0.2
     assert 0.5 < spread / logged < 2.0  # 12 repeats estimate an sd to about +-20%
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The reference control variate (eval.control_variate: reference)
+
+def reference_setup(tiny_recipe, *overrides):
+    """(cfg, generator, task, components) of the tiny model with thinking budgets short enough to cut its traces."""
+    from recipe.generator import TorchGenerator
+    from recipe.model import load_model_dir
+    from recipe.run import build_components
+    from recipe.tasks import build_task
+
+    torch.set_num_threads(1)
+    cfg = tiny_recipe("length_control.min_thinking=1", "length_control.max_thinking=6", "eval.greedy=false",
+                      "eval.control_variate=reference", *overrides)
+    model, tokenizer = load_model_dir(cfg.model.path)
+    return cfg, TorchGenerator(model, tokenizer), build_task(cfg.task, tokenizer), build_components(cfg)
+
+
+def test_reference_paths_are_the_generators_responses_to_the_reference_under_every_budget(tiny_recipe):
+    from components.length_control import InterruptionLengthControl, NoLengthControl
+    from recipe.evaluation import reference_paths
+    from recipe.tasks import Problem
+
+    _, generator, _, _ = reference_setup(tiny_recipe)
+    tokenizer = generator.tokenizer
+    problem = Problem("0012+0039=<think>", "51", reference_thinking="1105")  # 2 + 9 = 11, 1 + 3 + 1 = 05
+    control = InterruptionLengthControl(min_thinking=2, max_thinking=7, answer_budget=4)
+    paths = reference_paths(tokenizer, [problem], control, max_new_tokens=16)
+    phrase = control.interruption_phrase
+    text = {tokenizer.decode(list(p["tokens"])): p for p in paths}
+    # budgets 2, 3, 4 reach the thinking (4 tokens): each forces the phrase in after that many tokens; 5, 6, 7 let
+    # the trace close itself, one response (1/6 each, summed)
+    expected = {f"11{phrase}51</s>": 1 / 6, f"110{phrase}51</s>": 1 / 6, f"1105{phrase}51</s>": 1 / 6,
+                "1105</think>51</s>": 3 / 6}
+    eos = tokenizer.eos_token
+    assert {t.replace(eos, "</s>"): p["weight"] for t, p in text.items()} == pytest.approx(expected)
+    cut = text[f"11{phrase}51{eos}"]
+    phrase_tokens = len(tokenizer.encode(phrase, add_special_tokens=False))
+    assert cut["sampled"] == (True,) * 2 + (False,) * phrase_tokens + (True,) * 3  # the phrase is forced
+    # no interruption: the reference itself, certain to be drawn whatever the budget
+    (plain,) = reference_paths(tokenizer, [problem], NoLengthControl(), max_new_tokens=16)
+    assert tokenizer.decode(list(plain["tokens"])) == f"1105</think>51{eos}" and plain["weight"] == 1.0
+    assert reference_paths(tokenizer, [problem], NoLengthControl(), max_new_tokens=6) == []  # cut by the limit
+
+
+def test_a_reference_path_has_the_probability_the_generator_sampled_it_with(tiny_recipe):
+    # Every sampled answer that is a reference path: its behaviour logprobs sum to the path's teacher-forced log p.
+    from recipe.evaluation import path_probabilities, reference_paths, response_keys
+
+    cfg, generator, task, c = reference_setup(tiny_recipe)
+    problems = task.validation[:8]
+    paths = reference_paths(generator.tokenizer, problems, c.length_control, cfg.rollout.max_new_tokens)
+    probabilities = path_probabilities(generator.model, generator.tokenizer, [p.prompt for p in problems], paths,
+                                       precision=c.precision, temperature=cfg.rollout.temperature, batch_size=7)
+    by_key = {(p["problem"], p["tokens"], p["sampled"]): float(q) for p, q in zip(paths, probabilities)}
+    k = 128
+    rollout = generator.generate([p.prompt for p in problems for _ in range(k)], precision=c.precision,
+                                 length_control=c.length_control, max_new_tokens=cfg.rollout.max_new_tokens,
+                                 temperature=cfg.rollout.temperature, torch_rng=torch.Generator().manual_seed(0),
+                                 numpy_rng=__import__("numpy").random.default_rng(0))
+    matched, cut = 0, 0
+    for row, (tokens, sampled) in enumerate(response_keys(rollout)):
+        key = (row // k, tokens, sampled)
+        if key in by_key:
+            matched, cut = matched + 1, cut + (not all(sampled))
+            behaviour = float(rollout.old_logprobs[row].double().sum().exp())
+            assert by_key[key] == pytest.approx(behaviour, rel=1e-4)
+    assert matched >= 20 and 0 < cut < matched  # the check saw reference answers, cut and whole
+
+
+def test_the_reference_control_variate_is_unbiased_and_removes_most_of_the_sampling_noise(tiny_recipe):
+    # 24 evaluations of one model on other draws: the control variate's pass rate averages to the sampled one's
+    # (both estimate the same expectation), its spread is its logged se, and it is far below the sampled spread.
+    import numpy as np
+
+    from recipe.evaluation import evaluate
+    from recipe.run import evaluation_kwargs
+
+    cfg, generator, task, c = reference_setup(tiny_recipe, "eval.num_prompts=32", "eval.samples_per_prompt=4")
+    kwargs = evaluation_kwargs(cfg, c)
+    runs = [evaluate(generator, task, **{**kwargs, "seed": seed}) for seed in range(24)]
+    controlled = np.array([r["eval/pass_rate"] for r in runs])
+    sampled = np.array([r["eval/sampled_pass_rate"] for r in runs])
+    logged = np.mean([r["eval/pass_rate_se"] for r in runs])
+    assert 0.05 < sampled.mean() < 0.95 and runs[0]["eval/reference_probability"] > 0.02
+    # the means differ by the sampled estimates' noise at most (se of the mean of 24 sampled rates, x4)
+    assert abs(controlled.mean() - sampled.mean()) < 4 * sampled.std(ddof=1) / np.sqrt(24)
+    assert controlled.std(ddof=1) < 0.5 * sampled.std(ddof=1)
+    assert 0.5 < controlled.std(ddof=1) / logged < 2.0
+
+
+def test_the_reference_control_variate_needs_a_reference_and_the_torch_generator(tiny_recipe):
+    from components.registry import ConfigError
+
+    with pytest.raises(ConfigError, match="eval.control_variate: 'reference' needs problems with a reference"):
+        tiny_recipe("eval.control_variate=reference", "task.name=jsonl", "task.train_path=x.jsonl")
+    with pytest.raises(ConfigError, match="rollout.generator=torch or eval.control_variate=none"):
+        tiny_recipe("eval.control_variate=reference", "rollout.generator=vllm")
+    with pytest.raises(ConfigError, match="eval.control_variate: got 'exact', expected one of none, reference"):
+        tiny_recipe("eval.control_variate=exact")
