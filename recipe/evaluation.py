@@ -293,6 +293,7 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
         metrics["eval/greedy_pass_rate"] = float(correct[sampled:].float().mean())
     if control_variate:  # the same expectation, the reference's responses counted by their exact probability
         metrics["eval/sampled_pass_rate"] = metrics["eval/pass_rate"]
+        metrics["eval/sampled_pass_rate_se"] = metrics["eval/pass_rate_se"]
         metrics.update(reference_control_variate(
             generator, problems, keys[:sampled], correct[:sampled], k, precision=precision,
             length_control=length_control, max_new_tokens=max_new_tokens, temperature=temperature,

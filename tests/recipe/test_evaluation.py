@@ -269,6 +269,7 @@ def test_the_reference_control_variate_is_unbiased_and_removes_most_of_the_sampl
     sampled = np.array([r["eval/sampled_pass_rate"] for r in runs])
     logged = np.mean([r["eval/pass_rate_se"] for r in runs])
     assert 0.05 < sampled.mean() < 0.95 and runs[0]["eval/reference_probability"] > 0.02
+    assert all(r["eval/sampled_pass_rate_se"] > r["eval/pass_rate_se"] for r in runs)
     # the means differ by the sampled estimates' noise at most (se of the mean of 24 sampled rates, x4)
     assert abs(controlled.mean() - sampled.mean()) < 4 * sampled.std(ddof=1) / np.sqrt(24)
     assert controlled.std(ddof=1) < 0.5 * sampled.std(ddof=1)
