@@ -4,7 +4,8 @@
 
 Each protocol refits the sweep's own runs with some of: the compute axis (unit=flops | device_seconds | ...),
 the fit window and target (fit_at=, target=, in that unit), the seeds used (seeds=0/1), every k-th evaluation
-point kept (every=k; the step-0 point and the last are always kept), the verdict margins (ratio= for
+point kept (every=k; the step-0 point and the last are always kept), the pass rate read as sampled
+(curve=sampled: a sweep evaluated with the reference control variate, read as mean@k), the verdict margins (ratio= for
 budget.min_compute_ratio, shift= for budget.min_a_shift) and which fits the verdicts use (verdicts=window or
 run: budget.verdicts_from). Per protocol and variant: the MDE in A, in the pass
 rate at the target and in the compute to reach 50% / 90% of the base's gain (as ratios), and the verdict; then
@@ -32,7 +33,10 @@ sys.path.insert(0, str(REPO))
 OUT = REPO / "benchmarks" / "out"
 
 KEYS = {"unit": str, "fit_at": float, "target": float, "seeds": str, "every": int, "ratio": float, "shift": float,
-        "verdicts": str}
+        "verdicts": str, "curve": str}
+# curve=sampled: the curves of a sweep evaluated with eval.control_variate=reference read as sampled (mean@k,
+# eval/sampled_pass_rate and its se), so one sweep compares the two estimators on the same runs.
+SAMPLED_KEYS = {"eval/pass_rate": "eval/sampled_pass_rate", "eval/pass_rate_se": "eval/sampled_pass_rate_se"}
 
 
 def parse_protocol(text: str) -> tuple[str, dict]:
@@ -73,10 +77,17 @@ def refit(sweep_dir: Path, settings: dict, n_boot: int, draws: int) -> dict:
     if changes:
         budget = dataclasses.replace(budget, **changes)
     data.budget = budget
-    if "unit" in settings:  # the evaluation points' x read again in the new unit
+    if settings.get("curve", "logged") not in ("logged", "sampled"):
+        raise SystemExit(f"curve={settings['curve']!r}: expected logged or sampled")
+    if "unit" in settings or settings.get("curve") == "sampled":  # the evaluation points read again
         plan = json.loads((sweep_dir / schema.PLAN_FILE).read_text())
         records = {str(e[schema.PLAN_RUN_ID]):
                    read_metrics_file(sweep_dir / e[schema.PLAN_RUN_DIR] / schema.METRICS_FILE) for e in plan}
+        if settings.get("curve") == "sampled":
+            for rows in records.values():
+                for row in rows:
+                    if SAMPLED_KEYS["eval/pass_rate"] in row:
+                        row.update({key: row[sampled] for key, sampled in SAMPLED_KEYS.items()})
         data.evals, data.diagnostics = build_frames(data.runs, records, budget, [])
     if "seeds" in settings:
         keep = [int(s) for s in settings["seeds"].split("/")]
