@@ -215,6 +215,10 @@ def reference_control_variate(generator, problems, keys: list[tuple[tuple, tuple
     standard error from the sampling of c - r alone, sqrt(sum_i s_i^2 / k) / N (s_i^2 the unbiased variance
     of prompt i's k values of c - r), and p = sum_i p_i / N (eval/reference_probability: the reference's own
     share). keys (response_keys) and correct: the N x k sampled answers, prompt by prompt."""
+    if getattr(generator, "name", None) != "torch":  # e.g. TRL's colocated vLLM engine evaluating a trl job
+        raise ValueError(f"eval.control_variate: 'reference' takes the reference's probability from the torch model, "
+                         f"but this evaluation samples with the {getattr(generator, 'name', '?')} generator; use "
+                         "eval.control_variate=none")
     tokenizer = generator.tokenizer
     paths = reference_paths(tokenizer, problems, length_control, max_new_tokens)
     probabilities = path_probabilities(generator.model, tokenizer, [p.prompt for p in problems], paths,

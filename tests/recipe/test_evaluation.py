@@ -285,3 +285,16 @@ def test_the_reference_control_variate_needs_a_reference_and_the_torch_generator
         tiny_recipe("eval.control_variate=reference", "rollout.generator=vllm")
     with pytest.raises(ConfigError, match="eval.control_variate: got 'exact', expected one of none, reference"):
         tiny_recipe("eval.control_variate=exact")
+
+
+def test_the_reference_control_variate_refuses_a_generator_that_is_not_the_torch_model(tiny_recipe):
+    # TRL's colocated vLLM engine evaluates a trl job: its numerics are not the torch model's, so no exact p_i.
+    import types
+
+    from recipe.evaluation import reference_control_variate
+
+    cfg, generator, task, c = reference_setup(tiny_recipe)
+    vllm_like = types.SimpleNamespace(name="vllm", tokenizer=generator.tokenizer, model=generator.model)
+    with pytest.raises(ValueError, match="samples with the vllm generator; use eval.control_variate=none"):
+        reference_control_variate(vllm_like, task.validation[:2], [], torch.zeros(0), 1, precision=c.precision,
+                                  length_control=c.length_control, max_new_tokens=12, temperature=1.0, batch_size=8)
