@@ -7,6 +7,10 @@ to it): the mean length of the responses trained on (rollout/len_mean: every ste
 the share of them the length control acted on (rollout/interrupted_frac: cut at the thinking budget and
 given the interruption phrase; rollout/length_penalized_frac: a correct answer penalized for its length),
 and the held-out evaluation's mean length and pass rate under the run's own control. Nothing is trained.
+--styles (the embedded task): each run's last checkpoint answers the first 256 validation prompts 4 times with no
+length control, and each answer's thinking is classed by its length against the problem's column count: long
+(two digits a column, the warm start's correct method), terse (one digit a column, warm_start.terse_frac) or
+other; per variant (seed mean) each style's share and the share of it that is correct.
 Output: a table on stdout and JSON in benchmarks/out/bench_length_control.json.
 """
 
@@ -73,17 +77,73 @@ def print_table(result: dict) -> None:
               f"{end['interrupted']:.3f}, penalized {end['penalized']:.3f}, pass rate {end['pass']:.3f}")
 
 
+def thinking_styles(sweep_dir: Path, prompts: int = 256, samples: int = 4) -> dict:
+    """{variant: {style: (share, share correct)}}, seed means, from every run's last checkpoint (see --styles)."""
+    import re
+    import shutil
+    import tempfile
+
+    import torch
+
+    from components.length_control import NoLengthControl
+    from recipe.config import load_recipe
+    from recipe.evaluation import evaluation_streams
+    from recipe.generator import decode_responses
+    from recipe.run import Run
+    from recipe.tasks import THINK_CLOSE
+    from reports import schema
+
+    torch.set_num_threads(1)
+    plan = json.loads((sweep_dir / schema.PLAN_FILE).read_text())
+    by_variant: dict[str, list[dict]] = {}
+    for entry in plan:
+        run_dir = sweep_dir / entry[schema.PLAN_RUN_DIR]
+        if not (run_dir / "checkpoint.pt").exists():
+            continue
+        with tempfile.TemporaryDirectory() as scratch:  # the run loads its checkpoint; nothing is written beside it
+            shutil.copy(run_dir / "checkpoint.pt", Path(scratch) / "checkpoint.pt")
+            run = Run(load_recipe(run_dir / "config.yaml"), Path(scratch), "cpu", devices=1)
+            problems = run.task.validation[:prompts]
+            torch_rng, numpy_rng = evaluation_streams(0, "per_point", 1, "cpu")
+            rollout = run.generator.generate([p.prompt for p in problems for _ in range(samples)],
+                                             precision=run.c.precision, length_control=NoLengthControl(),
+                                             max_new_tokens=run.cfg.rollout.max_new_tokens,
+                                             temperature=run.cfg.rollout.temperature, torch_rng=torch_rng,
+                                             numpy_rng=numpy_rng)
+            counts = {style: [0, 0] for style in ("long", "terse", "other")}
+            for index, text in enumerate(decode_responses(run.generator.tokenizer, rollout)):
+                problem = problems[index // samples]
+                columns = len(problem.reference_thinking) // 2
+                thinking = text.split(THINK_CLOSE)[0]
+                style = {2 * columns: "long", columns: "terse"}.get(len(thinking), "other")
+                if re.fullmatch(r"\d*", thinking) is None:
+                    style = "other"
+                counts[style][0] += 1
+                counts[style][1] += run.task.check(text, problem.answer)
+            total = len(problems) * samples
+            by_variant.setdefault(entry["variant"], []).append(
+                {style: (n / total, right / n if n else math.nan) for style, (n, right) in counts.items()})
+    return {variant: {style: tuple(_mean([run[style][i] for run in runs]) for i in (0, 1))
+                      for style in ("long", "terse", "other")} for variant, runs in by_variant.items()}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--at", type=float, nargs="+", default=[0.0, 1e12, 2.5e12, 5e12, 1e13],
                         help="compute points, in the sweep's budget.unit")
     parser.add_argument("--out", type=Path, default=OUT / "bench_length_control.json")
+    parser.add_argument("--styles", action="store_true", help="the thinking style of each run's last checkpoint")
     args = parser.parse_args(argv)
     result = length_table(args.sweep_dir, args.at)
+    if args.styles:
+        result["styles"] = thinking_styles(args.sweep_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=str))
     print_table(result)
+    for variant, styles in result.get("styles", {}).items():
+        print(f"  {variant}: " + ", ".join(f"{style} {share:.1%} (right {right:.2f})"
+                                          for style, (share, right) in styles.items()))
 
 
 if __name__ == "__main__":
