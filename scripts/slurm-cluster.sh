@@ -28,11 +28,9 @@ install_packages() {
         exit 3
     fi
     log "installing slurm-wlm and munge (Debian packages)"
-    export DEBIAN_FRONTEND=noninteractive
-    exec 9>/tmp/scalerl-apt.lock  # one apt-get at a time (scripts/apt-ensure.sh takes the same lock)
-    flock 9
-    apt-get update -qq >/dev/null
-    apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
+    # A child process takes the apt lock and closes it before this script starts any daemon: a daemon
+    # started with the lock's descriptor open would hold it for as long as it runs (scripts/apt-install.sh).
+    sh "$(dirname "$0")/apt-install.sh" slurmctld slurmd slurm-client munge
 }
 
 write_config() {

@@ -105,6 +105,21 @@ def curves(out: Path) -> dict[str, list[tuple]]:
     return result
 
 
+def test_the_cluster_daemons_hold_no_copy_of_the_apt_lock(slurm_cluster):
+    """The daemons run all session; one that inherited the apt lock's descriptor (scripts/apt-install.sh) would
+    make every later install in the run (poppler, chromium) wait on it until it timed out."""
+    holders = [
+        pid for pid in (pid_alive(Path(os.environ.get("SCALERL_SLURM_DIR", "/tmp/scalerl-slurm")) / f"{daemon}.pid")
+                        for daemon in DAEMONS) if pid
+    ]
+    assert holders, "the cluster's daemons are running"
+    for pid in holders:
+        fds = Path(f"/proc/{pid}/fd")
+        if fds.is_dir():
+            targets = [os.readlink(fd) for fd in fds.iterdir() if fd.is_symlink()]
+            assert not any(target.endswith("scalerl-apt.lock") for target in targets), f"pid {pid} holds the apt lock"
+
+
 def test_slurm_sweep_gives_the_local_executors_loo_table(tmp_path, slurm_cluster):
     local_spec, local_out = write_spec(tmp_path, "local")
     slurm_spec, slurm_out = write_spec(tmp_path, "slurm")
