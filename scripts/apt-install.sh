@@ -7,7 +7,7 @@
 set -eu
 [ $# -ge 1 ] || { echo "usage: $0 PACKAGE [PACKAGE ...]" >&2; exit 2; }
 LOCK=${SCALERL_APT_LOCK:-/tmp/scalerl-apt.lock}
-WAIT=${SCALERL_APT_WAIT:-900}
+WAIT=${SCALERL_APT_WAIT:-600}
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 command -v apt-get >/dev/null 2>&1 || { echo "apt-install.sh: no apt-get; install $* by hand" >&2; exit 1; }

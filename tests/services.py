@@ -2,7 +2,8 @@
 
 Installing Debian packages (slurm-wlm, munge, poppler-utils, chromium) from a test run happens only when
 the user asked for it: CI (CI=true) or SCALERL_INSTALL_SYSTEM_PACKAGES=1 (docs/testbed.md); otherwise the
-tests that need a missing package skip with one line saying so. Every daemon a test starts is recorded
+tests that need a missing package skip with one line saying so. When installing was allowed and fails, the
+tests fail (could_not_provide): the run asked for them. Every daemon a test starts is recorded
 here with its pid; the tests that start one stop it, and tests/conftest.py checks at the end of the
 session that none of them is still alive.
 """
@@ -21,6 +22,17 @@ def may_install_system_packages() -> bool:
 
 def no_install_reason(what: str) -> str:
     return f"{what} is not installed; set {INSTALL_VARIABLE}=1 (or CI=true) to let the tests install it"
+
+
+def could_not_provide(what: str, why: str) -> None:
+    """A test's outside tool or service is missing though the run allowed installing it: fail, not skip.
+
+    A run that may install (CI) asked for these tests to run; a skip there would hide a broken install
+    script (CI, 2026-11-28: the apt lock held by munged made poppler's and chromium's installs time out).
+    """
+    import pytest
+
+    pytest.fail(f"{what} could not be provided: {why}", pytrace=False)
 
 
 def record_started(name: str, pid: int) -> None:

@@ -9,19 +9,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.services import may_install_system_packages, no_install_reason
+from tests.services import could_not_provide, may_install_system_packages, no_install_reason
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
 
 def ensure_tool(tool: str, script: str) -> str:
-    """The tool's path, installing it with scripts/<script> when missing; skip the test if that fails."""
+    """The tool's path, installing it with scripts/<script> when missing and allowed (tests.services): a skip
+    when not allowed, a failure when allowed and the install fails."""
     if shutil.which(tool) is None:
         if not may_install_system_packages():
             pytest.skip(no_install_reason(tool))
-        result = subprocess.run(["sh", str(SCRIPTS / script)], capture_output=True, text=True, timeout=600)
+        # scripts/apt-install.sh waits up to 600 s for another install's lock, then installs (pytest-timeout: 900).
+        try:
+            result = subprocess.run(["sh", str(SCRIPTS / script)], capture_output=True, text=True, timeout=850)
+        except subprocess.TimeoutExpired:
+            could_not_provide(tool, f"scripts/{script} ran past 850 s")
         if result.returncode != 0 or shutil.which(tool) is None:
-            pytest.skip(f"{tool} is missing and scripts/{script} failed: {(result.stderr or result.stdout)[-300:]}")
+            could_not_provide(tool, f"scripts/{script} failed: {(result.stderr or result.stdout)[-300:]}")
     return shutil.which(tool)
 
 

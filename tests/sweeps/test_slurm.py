@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from sweeps.cli import main
-from tests.services import may_install_system_packages, no_install_reason, record_started
+from tests.services import could_not_provide, may_install_system_packages, no_install_reason, record_started
 from tests.sweeps.tiny_spec import TINY_JOB_OVERRIDES
 
 # One cluster per machine: these tests run in one pytest worker, one after the other (setup.cfg: --dist loadgroup).
@@ -56,9 +56,9 @@ def slurm_cluster():
     script = REPO / "scripts" / "slurm-cluster.sh"
     state = Path(os.environ.get("SCALERL_SLURM_DIR", "/tmp/scalerl-slurm"))
     was_running = {daemon: pid_alive(state / f"{daemon}.pid") for daemon in DAEMONS}
-    result = subprocess.run([str(script), "up"], capture_output=True, text=True, timeout=600)
+    result = subprocess.run([str(script), "up"], capture_output=True, text=True, timeout=850)
     if result.returncode != 0:
-        pytest.skip(f"could not bring up SLURM here: {result.stderr.strip()[-500:]}")
+        could_not_provide("a one-node SLURM cluster", f"scripts/slurm-cluster.sh up: {result.stderr.strip()[-500:]}")
     started = [daemon for daemon in DAEMONS if not was_running[daemon] and pid_alive(state / f"{daemon}.pid")]
     for daemon in started:
         record_started(daemon, pid_alive(state / f"{daemon}.pid"))
