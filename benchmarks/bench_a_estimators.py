@@ -93,7 +93,8 @@ def main(argv=None) -> int:
                 value[name, seed], _ = sigmoid_fit(compute, pass_rate, r0, budget.verdict_fit_until, **options)
                 _, window_curve = sigmoid_fit(compute, pass_rate, r0, budget.fit_at, **options)
                 near = np.abs(compute / budget.target - 1) <= 0.1
-                errors.append(float(window_curve(budget.target)) - float(pass_rate[near].mean()))
+                if near.any():  # a run that stopped short of the target (a failed job) has nothing to score
+                    errors.append(float(window_curve(budget.target)) - float(pass_rate[near].mean()))
             differences = {n: {s: value[n, s] - value["base", s] for s in seeds if (n, s) in value} for n in compared}
             s, _ = paired_difference_sd(differences)
             rms = math.sqrt(np.mean([np.mean(list(d.values())) ** 2 for d in differences.values()]))
