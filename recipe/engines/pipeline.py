@@ -65,6 +65,7 @@ import numpy as np
 import torch
 
 from components import REGISTRIES
+from components.registry import ConfigError
 from recipe.compute import ModelShape, clocks, since, training_flops
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
@@ -216,7 +217,8 @@ class Channels:
     orders: Any  # trainer -> generator: (order index, prompt ids)
     groups: Any  # generator -> trainer: finished groups
     handoff: Any  # trainer -> generator, once: the shared weight tensors
-    events: Any  # roles -> supervisor: ("eval", record) / ("step", step, meter) / ("done",) / ("error", role, text)
+    events: Any  # roles -> supervisor: ("eval", record) / ("step", step, meter) / ("done",) /
+    #              ("error", role, text, ConfigError or None)
     acks: Any  # supervisor -> trainer, after each eval: "continue" or "stop"
     pause: Any  # set while the trainer evaluates: the generator holds still
     stop: Any  # set by the supervisor when the run ends
@@ -353,13 +355,15 @@ def merge_groups(items: list[dict], device: str) -> Samples:
 # ------------------------------------------------------------------------------------------- roles
 
 def role_main(role: str, body: Callable, channels: Channels, *args) -> None:
-    """Run a role; report an exception to the supervisor before the process exits with it."""
+    """Run a role; report an exception to the supervisor before the process exits with it (a ConfigError
+    itself too: an input error, which the supervisor raises as such, so a sweep does not retry it)."""
     try:
         body(channels, *args)
     except RunStopping:  # the run ended while this role waited on the other (modeled timing)
         return
-    except BaseException:
-        channels.events.put(("error", role, traceback.format_exc()))
+    except BaseException as error:
+        input_error = ConfigError(str(error)) if isinstance(error, ConfigError) else None
+        channels.events.put(("error", role, traceback.format_exc(), input_error))
         channels.events.close()
         channels.events.join_thread()  # make sure the report leaves this process
         raise
@@ -627,6 +631,7 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
     (run_dir / ROLES_FILE).write_text(json.dumps({"supervisor": os.getpid(),
                                                   **{role: p.pid for role, p in processes.items()}}))
     errors: dict[str, str] = {}
+    input_errors: dict[str, ConfigError | None] = {}
     stopped_by: BaseException | None = None
     done = False
     try:
@@ -653,6 +658,7 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
                     done = True
                 elif kind == "error":
                     errors[event[1]] = event[2]
+                    input_errors[event[1]] = event[3]
                 continue  # drain every pending event before looking at the processes
             if done:
                 channels.stop.set()  # the generator winds down while the trainer's process exits
@@ -661,6 +667,8 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
             for role, process in processes.items():
                 if not process.is_alive():
                     process.join()
+                    if input_errors.get(role) is not None:  # the inputs, not the process: rerunning fails alike
+                        raise ConfigError(f"PipelineRL {role}: {input_errors[role]}")
                     raise RoleDiedError(
                         f"PipelineRL {role} process (pid {process.pid}) died: "
                         f"{describe_exit(process, errors.get(role))}\n"

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from components.curricula import NoPositiveResamplingCurriculum, UniformCurriculum
+from components.registry import ConfigError
 
 
 def test_uniform_visits_every_prompt_once_per_epoch():
@@ -38,7 +39,7 @@ def test_all_prompts_retired_raises_instead_of_looping():
     curriculum = NoPositiveResamplingCurriculum()
     curriculum.reset(pool_size=2, seed=0)
     curriculum.update([0, 1], [1.0, 1.0])
-    with pytest.raises(RuntimeError, match="no eligible prompt left .* raise task.train_size"):
+    with pytest.raises(ConfigError, match="no eligible prompt left .* raise task.train_size"):
         curriculum.sample(1)
 
 

@@ -319,3 +319,17 @@ def test_a_shared_memory_too_small_for_the_weight_channel_fails_at_once_naming_i
                                            r"free; enlarge it \(docker run --shm-size"):
         channel.create(model)
     assert channel.tensors is None
+
+
+def test_an_input_error_in_a_role_stops_the_run_as_an_input_error(tiny_recipe, tmp_path):
+    """A role's ConfigError reaches the caller as a ConfigError, not RoleDiedError: the inputs fail the same way
+    on every attempt, so a sweep must not retry the job (sweeps.job.INPUT_ERROR). The trigger: a curriculum that
+    retires every one of its 4 prompts (threshold 0.01: any correct sample retires one) runs out of prompts."""
+    from components.registry import ConfigError
+
+    cfg = tiny_recipe(*pipeline_overrides(2), "curriculum=no_positive_resampling", "curriculum.threshold=0.01",
+                      "task.train_size=4", "eval.every_steps=100", run_steps=200)
+    with pytest.raises(ConfigError, match=r"^PipelineRL trainer: NoPositiveResamplingCurriculum: no eligible prompt "
+                                          r"left in a pool of 4 .* raise task.train_size"):
+        train(cfg, tmp_path / "run")
+
