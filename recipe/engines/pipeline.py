@@ -218,7 +218,7 @@ class Channels:
     groups: Any  # generator -> trainer: finished groups
     handoff: Any  # trainer -> generator, once: the shared weight tensors
     events: Any  # roles -> supervisor: ("eval", record) / ("step", step, meter) / ("done",) /
-    #              ("error", role, text, ConfigError or None)
+    #              ("error", role, text, the message of a ConfigError or None)
     acks: Any  # supervisor -> trainer, after each eval: "continue" or "stop"
     pause: Any  # set while the trainer evaluates: the generator holds still
     stop: Any  # set by the supervisor when the run ends
@@ -362,7 +362,8 @@ def role_main(role: str, body: Callable, channels: Channels, *args) -> None:
     except RunStopping:  # the run ended while this role waited on the other (modeled timing)
         return
     except BaseException as error:
-        input_error = ConfigError(str(error)) if isinstance(error, ConfigError) else None
+        # The message, not the exception: a ConfigError subclass's constructor (ParameterError's) does not unpickle.
+        input_error = str(error) if isinstance(error, ConfigError) else None
         channels.events.put(("error", role, traceback.format_exc(), input_error))
         channels.events.close()
         channels.events.join_thread()  # make sure the report leaves this process
@@ -631,7 +632,7 @@ def train_pipeline(cfg: RecipeConfig, run_dir: str | Path, *, device: str = "cpu
     (run_dir / ROLES_FILE).write_text(json.dumps({"supervisor": os.getpid(),
                                                   **{role: p.pid for role, p in processes.items()}}))
     errors: dict[str, str] = {}
-    input_errors: dict[str, ConfigError | None] = {}
+    input_errors: dict[str, str | None] = {}
     stopped_by: BaseException | None = None
     done = False
     try:

@@ -43,6 +43,11 @@ output_dir: {out}
 DAEMONS = ("slurmctld", "slurmd", "munged")
 
 
+def state_dir() -> Path:
+    """Where scripts/slurm-cluster.sh keeps the cluster's state and pid files."""
+    return Path(os.environ.get("SCALERL_SLURM_DIR", "/tmp/scalerl-slurm"))
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """A one-node cluster for this module: brought up (installed only where tests/services.py allows) and,
@@ -54,7 +59,7 @@ def slurm_cluster():
     if not all(shutil.which(tool) for tool in (*DAEMONS, "sbatch")) and not may_install_system_packages():
         pytest.skip(no_install_reason("slurm-wlm (slurmctld, slurmd, sbatch) with munge"))
     script = REPO / "scripts" / "slurm-cluster.sh"
-    state = Path(os.environ.get("SCALERL_SLURM_DIR", "/tmp/scalerl-slurm"))
+    state = state_dir()
     was_running = {daemon: pid_alive(state / f"{daemon}.pid") for daemon in DAEMONS}
     result = subprocess.run([str(script), "up"], capture_output=True, text=True, timeout=850)
     if result.returncode != 0:
@@ -108,12 +113,9 @@ def curves(out: Path) -> dict[str, list[tuple]]:
 def test_the_cluster_daemons_hold_no_copy_of_the_apt_lock(slurm_cluster):
     """The daemons run all session; one that inherited the apt lock's descriptor (scripts/apt-install.sh) would
     make every later install in the run (poppler, chromium) wait on it until it timed out."""
-    holders = [
-        pid for pid in (pid_alive(Path(os.environ.get("SCALERL_SLURM_DIR", "/tmp/scalerl-slurm")) / f"{daemon}.pid")
-                        for daemon in DAEMONS) if pid
-    ]
-    assert holders, "the cluster's daemons are running"
-    for pid in holders:
+    daemons = [pid for pid in (pid_alive(state_dir() / f"{daemon}.pid") for daemon in DAEMONS) if pid]
+    assert daemons, "the cluster's daemons are running"
+    for pid in daemons:
         fds = Path(f"/proc/{pid}/fd")
         if fds.is_dir():
             targets = [os.readlink(fd) for fd in fds.iterdir() if fd.is_symlink()]
