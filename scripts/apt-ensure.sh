@@ -8,5 +8,5 @@ set -eu
 tool=$1
 shift
 command -v "$tool" >/dev/null 2>&1 && exit 0
-sh "$(dirname "$0")/apt-install.sh" "$@"
+SCALERL_APT_CHECK="$tool" sh "$(dirname "$0")/apt-install.sh" "$@"  # skipped if installed while it waited
 command -v "$tool" >/dev/null 2>&1 || { echo "apt-ensure.sh: installed $* but $tool is still not on PATH" >&2; exit 1; }

@@ -19,10 +19,10 @@ SCRIPTS = REPO / "scripts"
 
 FAKE_APT_GET = """#!/bin/sh
 echo "$*" >> "{log}"
-if [ "$1" = install ]; then
-    sleep 60 >/dev/null 2>&1 &
-    echo $! > "{daemon_pid}"
-fi
+case " $* " in
+    *" install "*) sleep 60 >/dev/null 2>&1 &
+                   echo $! > "{daemon_pid}" ;;
+esac
 """
 
 
@@ -53,8 +53,9 @@ def test_installs_and_leaves_the_lock_free_while_a_started_daemon_runs(tmp_path)
     result = subprocess.run(["sh", str(SCRIPTS / "apt-install.sh"), "poppler-utils", "fonts-liberation"],
                             env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert (tmp_path / "apt.log").read_text().splitlines() == [
-        "update -qq", "install -y -qq --no-install-recommends poppler-utils fonts-liberation"]
+    assert (tmp_path / "apt.log").read_text().splitlines() == [  # both wait for dpkg's own lock, not fail on it
+        "-o DPkg::Lock::Timeout=600 update -qq",
+        "-o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends poppler-utils fonts-liberation"]
     daemon = int((tmp_path / "daemon.pid").read_text())
     try:
         os.kill(daemon, 0)  # the "daemon" apt-get started is still alive ...
@@ -90,4 +91,24 @@ def test_ensure_fails_when_the_install_does_not_bring_the_command(tmp_path):
         assert result.returncode == 1
         assert "no-such-tool-here is still not on PATH" in result.stderr
     finally:
-        os.kill(int((tmp_path / "daemon.pid").read_text()), signal.SIGKILL)
+        if (tmp_path / "daemon.pid").exists():
+            os.kill(int((tmp_path / "daemon.pid").read_text()), signal.SIGKILL)
+
+
+def test_an_install_that_waited_skips_what_another_install_brought_meanwhile(tmp_path):
+    """Two tests needing poppler, on two workers: the second waits for the lock, then finds pdftoppm there and
+    runs no apt-get (SCALERL_APT_CHECK, set by apt-ensure.sh)."""
+    env = {**fake_environment(tmp_path), "SCALERL_APT_CHECK": "sh"}
+    result = subprocess.run(["sh", str(SCRIPTS / "apt-install.sh"), "dash"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "apt.log").exists()
+    env["SCALERL_APT_CHECK"] = "no-such-tool-here"
+    result = subprocess.run(["sh", str(SCRIPTS / "apt-install.sh"), "dash"], env=env, capture_output=True,
+                            text=True, timeout=60)
+    try:
+        assert result.returncode == 0, result.stderr
+        assert len((tmp_path / "apt.log").read_text().splitlines()) == 2  # update and install ran
+    finally:
+        if (tmp_path / "daemon.pid").exists():
+            os.kill(int((tmp_path / "daemon.pid").read_text()), signal.SIGKILL)

@@ -820,10 +820,28 @@ def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict],
             os.killpg(process.pid, signal.SIGTERM)
             process.wait()
     if process.returncode != 0:
+        error = first_error(log_path)
+        message = input_error_message(error)
+        if message is not None:  # the same inputs fail the same way: a ConfigError, which a sweep does not retry
+            raise ConfigError(f"engine trl: {message} (the processes' output: {log_path})")
         raise RuntimeError(f"engine trl: `{' '.join(command)}` exited with {process.returncode} "
-                           f"({first_error(log_path)}; the processes' output: {log_path}); "
+                           f"({error}; the processes' output: {log_path}); "
                            f"rerun the job to resume from {run_dir / 'trl'}")
     return read_metrics(run_dir)
+
+
+# The input errors (components.registry.ConfigError and its subclasses) as a traceback names them; a launched
+# process raising one died of its inputs, which a rerun would meet again.
+INPUT_ERRORS = ("ConfigError", "ParameterError", "UnsupportedRecipe", "DamagedFileError")
+
+
+def input_error_message(error_line: str) -> str | None:
+    """The message of an input error in first_error's line ("[rank0]: components.registry.ConfigError: msg" ->
+    "msg"), None when the line names another exception."""
+    match = re.match(r"^(\[rank\d+\]:\s*)?(?:[\w]+\.)*(\w+): (.*)$", error_line)
+    if match is None or match.group(2) not in INPUT_ERRORS:
+        return None
+    return match.group(3)
 
 
 def first_error(log_path: Path) -> str:
