@@ -49,8 +49,9 @@ class Curriculum:
             else:
                 visited_without_pick += 1
                 if visited_without_pick > self.pool_size:
-                    # An input error: the same config and seed retire the same prompts at the same step, so a
-                    # rerun fails the same way (a sweep does not retry it; sweeps.job.INPUT_ERROR).
+                    # An input error: a run that trains this long on this pool retires every prompt whichever
+                    # it retires first (with PipelineRL's real timing not at the same step), so a rerun fails the
+                    # same way (a sweep does not retry it; sweeps.job.INPUT_ERROR).
                     raise ConfigError(
                         f"{type(self).__name__}: no eligible prompt left in a pool of {self.pool_size} (every "
                         "prompt retired): nothing left to train on; raise task.train_size, or use curriculum "
@@ -100,8 +101,8 @@ class NoPositiveResamplingCurriculum(Curriculum):
     """Retire prompt p for good once a group of it scores pass rate >= threshold: never resampled.
 
     Easy prompts stop costing generation compute and stop diluting the batch (ScaleRL, Figure 6b).
-    If every prompt has been retired, `sample` raises a ConfigError (the same inputs retire the same prompts: an
-    input error, which a sweep does not retry) rather than silently training on nothing new.
+    If every prompt has been retired, `sample` raises a ConfigError (a run this long on this pool retires them all
+    again on a rerun: an input error, which a sweep does not retry) rather than silently training on nothing new.
 
     Args:
         threshold: the group pass rate that retires a prompt, in (0, 1] (default 0.9, ScaleRL's).
