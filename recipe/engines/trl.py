@@ -848,7 +848,8 @@ def first_error(log_path: Path) -> str:
     """The exception a launched process died of: the first "[rankN]: SomeError: ..." line of its log, else the
     last error line (torchrun's own ChildFailedError says only that a child failed)."""
     lines = log_path.read_text(errors="replace").splitlines()[-2000:]
-    exception = re.compile(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b.*:")
+    # Exception classes end in Error or Exception, but for one of ours (UnsupportedRecipe, an input error).
+    exception = re.compile(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception|UnsupportedRecipe)\b.*:")
     errors = [line.strip() for line in lines if exception.match(line.strip()) and "ChildFailedError" not in line]
     errors += [line.strip() for line in lines if line.startswith("terminate called")]  # a C++ abort, no traceback
     ranked = [line for line in errors if line.startswith("[rank")]

@@ -275,6 +275,8 @@ def test_a_failed_launch_names_the_exception_a_process_died_of(tmp_path):
     assert first_error(log) == "[rank0]: AttributeError: 'DistributedDataParallel' object has no attribute 'x'"
     log.write_text("ValueError: first\nRuntimeError: last\n")
     assert first_error(log) == "RuntimeError: last"
+    log.write_text("[rank1]: recipe.engines.support.UnsupportedRecipe: loss gspo on trl\n")
+    assert first_error(log) == "[rank1]: recipe.engines.support.UnsupportedRecipe: loss gspo on trl"
     log.write_text("killed\n")
     assert first_error(log) == "no error line in the log"
 
