@@ -70,6 +70,9 @@ warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions"
 
 STATE_NAME = "scalerl_state.json"  # our part of a TRL checkpoint
 LAUNCH_LOG = "launch.log"  # a launched job's processes' output, in its run directory
+# What a launched process that died of an input error (a ConfigError) wrote, in its run directory: launch_processes
+# raises it as a ConfigError, which a sweep does not retry (the same inputs fail the same way on every attempt).
+INPUT_ERROR_FILE = "input_error.txt"
 LAUNCHED_ENV = "SCALERL_TRL_LAUNCHED"  # set in the processes launch_processes starts
 
 
@@ -796,6 +799,7 @@ def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict],
     import time
 
     prepare_run_dir(cfg, run_dir)
+    (run_dir / INPUT_ERROR_FILE).unlink(missing_ok=True)  # an earlier attempt's, whose inputs have since changed
     command = launch_command(run_dir, cfg.engine.num_processes, cfg.engine.sharding, cfg.model.dtype, port=free_port())
     seen = len(read_metrics(run_dir))
     log_path = run_dir / LAUNCH_LOG
@@ -820,36 +824,31 @@ def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict],
             os.killpg(process.pid, signal.SIGTERM)
             process.wait()
     if process.returncode != 0:
-        error = first_error(log_path)
-        message = input_error_message(error)
-        if message is not None:  # the same inputs fail the same way: a ConfigError, which a sweep does not retry
-            raise ConfigError(f"engine trl: {message} (the processes' output: {log_path})")
+        input_error = run_dir / INPUT_ERROR_FILE
+        if input_error.is_file():
+            raise ConfigError(f"engine trl: {input_error.read_text()} (the processes' output: {log_path})")
         raise RuntimeError(f"engine trl: `{' '.join(command)}` exited with {process.returncode} "
-                           f"({error}; the processes' output: {log_path}); "
+                           f"({first_error(log_path)}; the processes' output: {log_path}); "
                            f"rerun the job to resume from {run_dir / 'trl'}")
     return read_metrics(run_dir)
 
 
-# The input errors (components.registry.ConfigError and its subclasses) as a traceback names them; a launched
-# process raising one died of its inputs, which a rerun would meet again.
-INPUT_ERRORS = ("ConfigError", "ParameterError", "UnsupportedRecipe", "DamagedFileError")
-
-
-def input_error_message(error_line: str) -> str | None:
-    """The message of an input error in first_error's line ("[rank0]: components.registry.ConfigError: msg" ->
-    "msg"), None when the line names another exception."""
-    match = re.match(r"^(\[rank\d+\]:\s*)?(?:[\w]+\.)*(\w+): (.*)$", error_line)
-    if match is None or match.group(2) not in INPUT_ERRORS:
-        return None
-    return match.group(3)
+@contextmanager
+def input_errors_reported(run_dir: Path):
+    """In a launched process: a ConfigError (or subclass) raised inside is written to INPUT_ERROR_FILE, then
+    re-raised, so launch_processes tells the inputs' failure from the process's."""
+    try:
+        yield
+    except ConfigError as error:
+        (run_dir / INPUT_ERROR_FILE).write_text(" ".join(str(error).split()))
+        raise
 
 
 def first_error(log_path: Path) -> str:
     """The exception a launched process died of: the first "[rankN]: SomeError: ..." line of its log, else the
     last error line (torchrun's own ChildFailedError says only that a child failed)."""
     lines = log_path.read_text(errors="replace").splitlines()[-2000:]
-    # Exception classes end in Error or Exception, but for one of ours (UnsupportedRecipe, an input error).
-    exception = re.compile(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception|UnsupportedRecipe)\b.*:")
+    exception = re.compile(r"^(\[rank\d+\]:\s*)?[\w.]*(Error|Exception)\b.*:")
     errors = [line.strip() for line in lines if exception.match(line.strip()) and "ChildFailedError" not in line]
     errors += [line.strip() for line in lines if line.startswith("terminate called")]  # a C++ abort, no traceback
     ranked = [line for line in errors if line.startswith("[rank")]
@@ -866,7 +865,8 @@ def main(argv: list[str]) -> None:
     device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"
     distributed = torch.distributed.is_available()
     try:
-        train_trl(cfg, run_dir, device=device)
+        with input_errors_reported(run_dir):
+            train_trl(cfg, run_dir, device=device)
         if distributed and torch.distributed.is_initialized():
             torch.distributed.barrier()  # no rank leaves while another is still in a collective (the last save)
     finally:

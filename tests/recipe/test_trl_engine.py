@@ -275,8 +275,6 @@ def test_a_failed_launch_names_the_exception_a_process_died_of(tmp_path):
     assert first_error(log) == "[rank0]: AttributeError: 'DistributedDataParallel' object has no attribute 'x'"
     log.write_text("ValueError: first\nRuntimeError: last\n")
     assert first_error(log) == "RuntimeError: last"
-    log.write_text("[rank1]: recipe.engines.support.UnsupportedRecipe: loss gspo on trl\n")
-    assert first_error(log) == "[rank1]: recipe.engines.support.UnsupportedRecipe: loss gspo on trl"
     log.write_text("killed\n")
     assert first_error(log) == "no error line in the log"
 
@@ -285,28 +283,31 @@ def test_a_launched_process_that_dies_of_an_input_error_fails_the_job_as_an_inpu
                                                                                         monkeypatch):
     """A ConfigError in a launched process (a curriculum out of prompts, a damaged file) comes back as a
     ConfigError, which a sweep reports once and does not retry (sweeps/job.py: INPUT_ERROR); any other death
-    stays a RuntimeError, which it retries. The launched program is a real process raising the real class."""
+    stays a RuntimeError, which it retries. The launched program is a real process raising the real classes
+    inside main's input_errors_reported (a subclass, ParameterError, counts too)."""
     import recipe.engines.trl as trl_engine
-    from recipe.engines.trl import input_error_message, launch_processes
+    from recipe.engines.trl import INPUT_ERROR_FILE, launch_processes
 
     repo = str(Path(__file__).resolve().parents[2])
     cfg = load_recipe(None, [*tiny_overrides(run_steps=4), *TRL_BASE])
 
     def dies_of(statement: str):
-        program = f"import sys; sys.path.insert(0, {repo!r}); from components.registry import ConfigError; {statement}"
-        monkeypatch.setattr(trl_engine, "launch_command", lambda *args, **kwargs: [sys.executable, "-c", program])
+        def command(run_dir, *args, **kwargs):
+            program = (f"import sys; from pathlib import Path; sys.path.insert(0, {repo!r}); "
+                       "from components.registry import ParameterError; "
+                       "from recipe.engines.trl import input_errors_reported\n"
+                       f"with input_errors_reported(Path({str(run_dir)!r})):\n    {statement}")
+            return [sys.executable, "-c", program]
+        monkeypatch.setattr(trl_engine, "launch_command", command)
 
-    dies_of("raise ConfigError('curriculum no_positive_resampling retired every prompt; raise task.train_size')")
-    with pytest.raises(ConfigError, match="retired every prompt; raise task.train_size"):
-        launch_processes(cfg, tmp_path / "input", None)
-    dies_of("raise RuntimeError('NCCL timeout')")
+    dies_of("raise ParameterError('curriculum', 'every prompt retired; raise task.train_size')")
+    with pytest.raises(ConfigError, match="curriculum: every prompt retired; raise task.train_size"):
+        launch_processes(cfg, tmp_path / "run", None)
+    dies_of("raise RuntimeError('NCCL timeout')")  # the same run directory: the first attempt's report is not read
     with pytest.raises(RuntimeError, match="NCCL timeout") as raised:
-        launch_processes(cfg, tmp_path / "other", None)
+        launch_processes(cfg, tmp_path / "run", None)
     assert not isinstance(raised.value, ConfigError)
-    assert input_error_message("[rank1]: recipe.engines.support.UnsupportedRecipe: loss gspo on trl") == \
-        "loss gspo on trl"
-    assert input_error_message("[rank0]: AttributeError: no attribute 'x'") is None
-    assert input_error_message("no error line in the log") is None
+    assert not (tmp_path / "run" / INPUT_ERROR_FILE).exists()
 
 
 def job_processes(run_dir: Path) -> dict[int, str]:
