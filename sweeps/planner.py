@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -200,6 +201,9 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
                                   check_vllm_machine, machine_memory_bytes, recipe_paths, vllm_key)
 
     notes, seen = [], set()
+    oversubscribed = oversubscription_note(spec)
+    if oversubscribed is not None:
+        notes.append(oversubscribed)
     for job in jobs:
         if spec.executor.name == "slurm":
             mem_gb = spec.executor.slurm.mem_gb
@@ -224,6 +228,35 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
             seen.add(paths)
             check_files(job.recipe)
     return notes
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a container or taskset may grant fewer than exist)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def oversubscription_note(spec: SweepSpec) -> str | None:
+    """A warning when local jobs running at once ask for more cores than this machine grants, else None.
+
+    Not an error (a machine may be meant to be shared), but it rarely pays: two ScaleRL-base jobs at once on
+    the 2-core testbed machine (2 x 2 cores) did 48% of their compute each in 3 minutes, against ~80 s for a
+    whole job alone (an idle OpenMP worker of each trainer spins on the cores the other job needs); with
+    OMP_WAIT_POLICY=PASSIVE a pair took 155 s, 0.97x two jobs one after another, and 15% more CPU-seconds
+    (BENCHMARKS.md, "Two jobs at once on two cores").
+    """
+    if spec.executor.name != "local":
+        return None
+    local = spec.executor.local
+    asked, cores = local.max_parallel * local.cores_per_job, usable_cores()
+    if asked <= cores:
+        return None
+    return (f"warning: executor.local runs {local.max_parallel} jobs x {local.cores_per_job} cores = {asked} cores "
+            f"at once, but this machine grants {cores}: jobs that share cores run no faster in all than one after "
+            f"another, and with OpenMP's default spinning far slower; set executor.local.max_parallel: "
+            f"{max(1, cores // local.cores_per_job)}")
 
 
 def check_engines(spec: SweepSpec, jobs: list[Job]) -> None:

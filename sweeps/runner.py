@@ -182,7 +182,8 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
     sweep_dir = output_dir(spec)
     jobs = plan_sweep(spec)
     check_size(len(jobs), spec.budget, "jobs", allow_large)
-    check_jobs_can_run(spec, jobs)
+    for note in check_jobs_can_run(spec, jobs):  # what only a job's node can check, an oversubscribed machine
+        print(note, file=stream)
     check_output_dir(spec)
     check_run_configs(jobs)
     for job in jobs:  # a damaged state file or mlflow.json is named before anything is written

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from components.registry import ConfigError
-from sweeps.planner import BASE, differing_paths, plan_sweep
+from sweeps.planner import BASE, check_jobs_can_run, differing_paths, plan_sweep
 from sweeps.spec import load_spec, spec_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,6 +116,23 @@ def test_a_local_pipeline_job_needs_a_core_per_role():
     # The synchronous schedule fits in one core.
     assert plan_sweep(spec(executor=local, overrides={"off_policy": {"name": "ppo_off_policy"}}))
 
+
+
+def test_local_jobs_asking_more_cores_than_the_machine_grants_get_a_warning_naming_the_fix(monkeypatch):
+    from sweeps.planner import oversubscription_note
+
+    monkeypatch.setattr("sweeps.planner.usable_cores", lambda: 2)
+    crowded = spec(executor={"name": "local", "local": {"max_parallel": 2, "cores_per_job": 2}})
+    note = oversubscription_note(crowded)
+    assert note.startswith("warning: executor.local runs 2 jobs x 2 cores = 4 cores at once, but this machine "
+                           "grants 2")
+    assert note.endswith("set executor.local.max_parallel: 1")
+    assert note in check_jobs_can_run(crowded, plan_sweep(crowded))
+    fitting = spec(executor={"name": "local", "local": {"max_parallel": 1, "cores_per_job": 2}})
+    assert oversubscription_note(fitting) is None
+    assert oversubscription_note(spec(executor={"name": "debug"})) is None
+    monkeypatch.setattr("sweeps.planner.usable_cores", lambda: 8)
+    assert oversubscription_note(crowded) is None
 
 # The nearest recipe to the ScaleRL base that engine trl can run (README, "Engines").
 TRL_OVERRIDES = {"engine": {"name": "trl"}, "aggregation": "token_mean", "curriculum": "uniform",
