@@ -17,7 +17,7 @@ from fitting.curve import log_f
 from fitting.extrapolation import DEFAULT_MARGIN
 from fitting.fit import FitResult, refit_fixed_a
 from fitting.seeds import (BASE_VERDICT as BASE, CEILING_MOVER, EFFICIENCY_SHAPER, LEVEL, MIN_A_SHIFT,
-                           MIN_COMPUTE_RATIO, NO_EFFECT, NO_VERDICT, PairedEffect, seed_verdicts)
+                           MIN_COMPUTE_RATIO, NO_EFFECT, NO_VERDICT, PairedEffect, seed_verdicts, table_level)
 from fitting.uncertainty import bootstrap_fit
 from fitting.validate import FitInputError
 
@@ -55,6 +55,7 @@ class LooComparison:
     margin: float
     level: float
     variants: dict[str, VariantComparison]
+    tested_effects: int = 0  # the Bonferroni count the intervals used (fitting.seeds.table_level); 0: no verdicts
 
 
 def _half_width(interval: tuple[float, float]) -> float:
@@ -92,10 +93,15 @@ def compare_loo(fits: Mapping[str, FitResult], base: str, *, margin: float = DEF
     noise = {  # one-seed MDE: the within-run bootstrap sd (95% half-width / 1.96)
         name: {"A": _half_width(boot[name].a_ci) / 1.96, "pred_at_target": _half_width(boot[name].prediction_ci) / 1.96}
         for name in fits if len(seed_fits.get(name, {})) == 1}
-    verdicts = seed_verdicts({name: seed_fits[name] for name in fits if seed_fits.get(name)}, base,
-                             fit_at=fit_at, target=target, within_run_sd=noise, level=level,
-                             a_interval_at_bound={name for name, b in boot.items() if "a_ci_at_bound" in b.flags},
-                             min_compute_ratio=min_compute_ratio, min_a_shift=min_a_shift)
+    paired = {name: seed_fits[name] for name in fits if seed_fits.get(name)}
+    if base in paired:
+        verdicts = seed_verdicts(paired, base, fit_at=fit_at, target=target, within_run_sd=noise, level=level,
+                                 a_interval_at_bound={name for name, b in boot.items() if "a_ci_at_bound" in b.flags},
+                                 min_compute_ratio=min_compute_ratio, min_a_shift=min_a_shift)
+    else:  # every seed fit of the base failed: no variant has a seed to pair with
+        verdicts = {}
+    unpaired = "no fitted seed" if base in paired else "no fitted seed of the base to pair with"
+    tests, _ = table_level(sum(1 for name in paired if name != base), level)
     movers = {name for name, v in verdicts.items() if v.verdict == CEILING_MOVER}
     if fixed_a is None:
         fixed_a = float(np.mean([fit.a for name, fit in fits.items() if name not in movers]))
@@ -110,10 +116,11 @@ def compare_loo(fits: Mapping[str, FitResult], base: str, *, margin: float = DEF
             name=name, fit=fit, a_ci=boot[name].a_ci, fixed_a_fit=refit, b_fixed_ci=fixed_boot[name].b_ci,
             delta_a=fit.a - base_fit.a, delta_b=refit.b - fixed[base].b,
             verdict=v.verdict if v else NO_VERDICT, direction=v.direction if v else None,
-            reason=v.reason if v else "no fitted seed", effects=v.effects if v else {},
+            reason=v.reason if v else unpaired, effects=v.effects if v else {},
             ceiling_identifiable=v.ceiling_identifiable if v else False,
             ceiling_budget=v.ceiling_budget if v else math.nan,
             log_c=np.log(refit.compute),
             log_f=log_f(refit.compute, refit.pass_rate, refit.a, refit.b, refit.c_mid, refit.r0),
         )
-    return LooComparison(base=base, fixed_a=fixed_a, margin=margin, level=level, variants=variants)
+    return LooComparison(base=base, fixed_a=fixed_a, margin=margin, level=level, variants=variants,
+                         tested_effects=tests if verdicts else 0)

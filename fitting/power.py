@@ -14,10 +14,10 @@ t_i = t(df, (1 + level_i) / 2). In the two-way model the row mean d and the resi
 independent, so T = (d - m) / (s_hat / sqrt(n)) is noncentral t:
     power(delta, n) = P(T > t_i),   T ~ nct(df, (delta - m) sqrt(n) / s)
 (calls in the wrong direction, P(T < -t_i - 2 m sqrt(n) / s_hat), are left out: < 1e-3 at any power
-worth planning for). The MDE is the effect whose power is 80%, solved on that exact power. The table
-(seeds.paired_effects) prints the textbook approximation
+worth planning for). The MDE is the effect whose power is 80%, solved on that exact power
+(seeds.detectable_effect, which the sweep's table prints too). The textbook approximation
     MDE(n) = m + (t_i + t(df, power)) s / sqrt(n)          (table_mde)
-which treats s_hat as known in the power term: at the df of small sweeps it is optimistic, its effect
+treats s_hat as known in the power term: at the df of small sweeps it is optimistic, its effect
 is called 70% (V = 2, n = 2) to 79.5% (V = 8, n = 8) of the time, not 80%. An effect at the margin
 has noncentrality 0 and power (1 - level_i) / 2 whatever n, so seeds_needed says "never" for it (the
 margins are the smallest effects a verdict is made on: budget.min_a_shift, budget.min_compute_ratio).
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-from fitting.seeds import LEVEL, POWER, table_level
+from fitting.seeds import LEVEL, POWER, detectable_effect, table_level
 from fitting.validate import FitInputError
 
 SEED_OPTIONS = (2, 3, 4, 6, 8)
@@ -77,21 +77,20 @@ def critical_t(seeds: int, variants: int, level: float = LEVEL) -> float:
 
 def table_mde(s: float, seeds: int, variants: int, *, margin: float = 0.0, level: float = LEVEL,
               power: float = POWER) -> float:
-    """margin + (t_i + t(df, power)) s / sqrt(n): the MDE a sweep's table prints (seeds.paired_effects)."""
+    """margin + (t_i + t(df, power)) s / sqrt(n): the textbook approximation of mde (optimistic at small df)."""
     df = plan_df(seeds, variants)
     return margin + (critical_t(seeds, variants, level) + float(stats.t.ppf(power, df))) * s / math.sqrt(seeds)
 
 
 def mde(s: float, seeds: int, variants: int, *, margin: float = 0.0, level: float = LEVEL,
         power: float = POWER) -> float:
-    """The effect a table of V variants on n seeds calls with probability `power` (detection_power = power)."""
-    from scipy.optimize import brentq
-
-    high = table_mde(s, seeds, variants, margin=margin, level=level, power=power)
-    while detection_power(high, s, seeds, variants, margin=margin, level=level) < power:
-        high = margin + 2 * (high - margin)
-    return float(brentq(lambda effect: detection_power(effect, s, seeds, variants, margin=margin, level=level) - power,
-                        margin, high, xtol=1e-9 * max(s, 1e-12)))
+    """The effect a table of V variants on n seeds calls with probability `power` (detection_power = power):
+    what the sweep's table prints (seeds.detectable_effect at the table's df and Bonferroni level)."""
+    _check(seeds, variants)
+    if not (math.isfinite(s) and s > 0):
+        raise FitInputError(f"s must be a finite number > 0; got {s!r}")
+    _, level_i = table_level(variants, level)
+    return detectable_effect(s, seeds, plan_df(seeds, variants), level_i, power, margin)
 
 
 def detection_power(effect: float, s: float, seeds: int, variants: int, *, margin: float = 0.0,

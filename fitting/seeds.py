@@ -26,10 +26,12 @@ model is the textbook one for this design (seeds are blocks: a seed's shared war
 order move every recipe of that seed). Why not a hierarchical bootstrap: with 2-3 seeds resampling
 seeds has 3-10 distinct draws, and its percentile intervals are too narrow for so few.
 Minimum detectable effect (two-sided test at `level`, power `power`, against the smallest effect a
-verdict is made on, `margin`: seed_verdicts' MIN_A_SHIFT and MIN_COMPUTE_RATIO):
-    MDE_v = margin + (t(df, (1 + level) / 2) + t(df, power)) * s / sqrt(n_v).
-With one seed per run there is no run-to-run sd (df = 0): no interval and no verdict; the MDE is then
-a lower bound from the within-run bootstrap alone (z quantiles), marked as such.
+verdict is made on, `margin`: seed_verdicts' MIN_A_SHIFT and MIN_COMPUTE_RATIO): the true effect
+called with probability `power`, solved on the noncentral t (detectable_effect); close to, and at small df
+above, the textbook margin + (t(df, (1 + level) / 2) + t(df, power)) * s / sqrt(n_v).
+A variant whose A sits at a bound is left out of A's pooled sd (a_pinned). With one seed per run there is
+no run-to-run sd (df = 0): no interval and no verdict; the MDE is then a lower bound from the within-run
+bootstrap alone (z quantiles), marked as such. A variant with one paired seed gets no verdict either.
 """
 
 from __future__ import annotations
@@ -124,16 +126,45 @@ def paired_difference_sd(differences: Mapping[str, Mapping[int, float]]) -> tupl
     return math.sqrt(2.0 * sigma2), df
 
 
+def detectable_effect(sd: float, n: int, df: int, level: float = LEVEL, power: float = POWER,
+                      margin: float = 0.0) -> float:
+    """The minimum detectable effect: the true effect whose interval clears +-margin with probability `power`.
+
+    The interval d +- t_l s_hat / sqrt(n), t_l = t(df, (1 + level) / 2), clears the margin on the effect's side
+    when T = (d - margin) / (s_hat / sqrt(n)) > t_l, and T is noncentral t, nct(df, (delta - margin) sqrt(n) / sd)
+    (d and s_hat are independent in the two-way model), so the MDE solves P(T > t_l) = power for delta. The
+    textbook margin + (t_l + t(df, power)) sd / sqrt(n) treats s_hat as known: at the df of small LOO tables an
+    effect of that size is called 70-79% of the time, not 80% (fitting.power, tests/fitting/test_power.py).
+    """
+    from scipy.optimize import brentq
+
+    if not sd > 0:  # no run-to-run noise at all: any effect beyond the margin is called
+        return float(margin)
+    critical = float(stats.t.ppf((1 + level) / 2, df))
+
+    def shortfall(effect: float) -> float:
+        return float(stats.nct.sf(critical, df, (effect - margin) * math.sqrt(n) / sd)) - power
+
+    high = margin + (critical + float(stats.t.ppf(power, df))) * sd / math.sqrt(n)
+    while shortfall(high) < 0:
+        high = margin + 2 * (high - margin)
+    return float(brentq(shortfall, margin, high, xtol=1e-9 * sd))
+
+
 def paired_effects(values: Mapping[str, Mapping[int, float]], base: str, quantity: str, *,
                    within_run_sd: Mapping[str, float] | None = None, level: float = LEVEL,
-                   power: float = POWER, margin: float = 0.0) -> dict[str, PairedEffect]:
+                   power: float = POWER, margin: float = 0.0,
+                   left_out_of_sd: Collection[str] = ()) -> dict[str, PairedEffect]:
     """Paired effects of every variant against `base` for one quantity.
 
     values[variant][seed] = the quantity from that seed's fit; only seeds the base also has are
     paired. within_run_sd[variant] (optional): the within-run (bootstrap) sd of the quantity, used
     only for the one-seed MDE lower bound, margin + sqrt(sd_v^2 + sd_base^2) * (z_level + z_power).
-    margin: the smallest effect that counts (PairedEffect.significant); a true effect must exceed it
-    by the usual detectable amount, so MDE = margin + (t_level + t_power) s / sqrt(n).
+    margin: the smallest effect that counts (PairedEffect.significant); MDE = detectable_effect: the
+    effect called with probability `power`, the margin included.
+    left_out_of_sd: variants whose differences do not enter the pooled sd (they still get its interval):
+    a quantity pinned at a bound in a variant's runs (a_pinned) has no spread of its own there, and its
+    differences, carrying the base's noise alone, would narrow every interval of the table.
     """
     if base not in values:
         raise FitInputError(f"base {base!r} has no per-seed values for {quantity}")
@@ -149,7 +180,7 @@ def paired_effects(values: Mapping[str, Mapping[int, float]], base: str, quantit
         by_seed_differences[name] = {s: by_seed[s] - values[base][s] for s in seeds}
     differences = {name: list(d.values()) for name, d in by_seed_differences.items()}
     sd, df = paired_difference_sd({name: d for name, d in by_seed_differences.items()
-                                   if d and all(np.isfinite(list(d.values())))})
+                                   if d and all(np.isfinite(list(d.values()))) and name not in left_out_of_sd})
     effects = {}
     for name, d in differences.items():
         n = len(d)
@@ -168,7 +199,7 @@ def paired_effects(values: Mapping[str, Mapping[int, float]], base: str, quantit
         if df >= 1 and np.isfinite(sd):
             half = stats.t.ppf((1 + level) / 2, df) * sd / math.sqrt(n)
             low, high = estimate - half, estimate + half
-            mde = margin + (stats.t.ppf((1 + level) / 2, df) + stats.t.ppf(power, df)) * sd / math.sqrt(n)
+            mde = detectable_effect(sd, n, df, level, power, margin)
             lower_bound = False
         else:
             low = high = math.nan
@@ -223,6 +254,32 @@ def log_reach_ratio(fit, base_fit, level: float) -> float:
 def ceiling_identifiable(fit) -> bool:
     """A is read from the data: not at a bound, and the window reaches past C_mid (with its upper bound)."""
     return not ({"a_at_bound", "window_ends_before_c_mid", "not_increasing", "flat_curve"} & set(fit.flags))
+
+
+def a_pinned(seed_fits: Mapping[str, Mapping[int, object]], base: str) -> set[str]:
+    """Variants whose A sits at a bound in some seed's fit (flag a_at_bound). Such A's do not spread as a free
+    ceiling would (the demo's length penalty reads 1.0 on every seed), so they are left out of the pooled sd
+    of A (paired_effects): kept in, the demo's one pinned variant narrowed every A interval by ~5% (one seed's
+    sd 0.0257 with df 16 against 0.0271 with df 14 without it). A variant whose seed-mean A interval merely
+    reaches the bound keeps its seeds' A's, which still spread."""
+    return {name for name, by_seed in seed_fits.items()
+            if name != base and any("a_at_bound" in fit.flags for fit in by_seed.values())}
+
+
+def unidentifiable_reason(by_seed: Mapping[int, object], base_fits: Mapping[int, object]) -> str | None:
+    """Why A is not identifiable for a variant, in words: the per-seed flags that block it (ceiling_identifiable)
+    other than a window ending before C_mid, named with the seeds they hold in ("A at its bound in seeds 0, 1");
+    None when only the window blocks it (the caller then names the budget a ceiling claim needs)."""
+    words = {"a_at_bound": "A at its bound", "not_increasing": "a curve that does not rise",
+             "flat_curve": "a flat curve"}
+    parts = []
+    for whose, fits in (("", by_seed), ("the base's ", base_fits)):
+        for flag, text in words.items():
+            seeds = sorted(seed for seed, fit in fits.items() if flag in fit.flags)
+            if seeds:
+                parts.append(f"{text} in {whose}seed{'s' if len(seeds) > 1 else ''} "
+                             f"{', '.join(str(seed) for seed in seeds)}")
+    return "; ".join(parts) or None
 
 
 def budget_for_ceiling(fit) -> float:
@@ -359,8 +416,9 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
         if within_run_sd is not None and quantity in ("A", "pred_at_target"):
             sd = {name: noise[quantity] for name, noise in within_run_sd.items() if quantity in noise}
         if base in by_variant:
+            left_out = a_pinned(seed_fits, base) if quantity == "A" else ()
             for name, effect in paired_effects(by_variant, base, quantity, within_run_sd=sd, level=level,
-                                               power=power, margin=margins[quantity]).items():
+                                               power=power, margin=margins[quantity], left_out_of_sd=left_out).items():
                 effects.setdefault(name, {})[quantity] = effect
     unpinned = set(a_interval_at_bound)
     base_identifiable = base not in unpinned and all(ceiling_identifiable(f) for f in base_fits.values())
@@ -373,9 +431,13 @@ def seed_verdicts(seed_fits: Mapping[str, Mapping[int, object]], base: str, *, f
         identifiable = (base_identifiable and name not in unpinned
                         and all(ceiling_identifiable(f) for f in by_seed.values()))
         budget = max(budget_for_ceiling(f) for f in [*by_seed.values(), *base_fits.values()])
-        pinned_note = ("its A interval reaches a bound" if name in unpinned
-                       else "the base's A interval reaches a bound" if base in unpinned else None)
-        verdicts[name] = _verdict(found, identifiable, budget, pinned_note)
+        if name in unpinned:
+            why_not = "its A interval reaches a bound"
+        elif base in unpinned:
+            why_not = "the base's A interval reaches a bound"
+        else:
+            why_not = unidentifiable_reason(by_seed, base_fits)
+        verdicts[name] = _verdict(found, identifiable, budget, why_not)
     return verdicts
 
 
@@ -393,7 +455,7 @@ def ratio_text(log_ratio: float) -> str:
 
 
 def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float,
-             pinned_note: str | None = None) -> SeedVerdict:
+             why_not_identifiable: str | None = None) -> SeedVerdict:
     a, pred = effects.get("A"), effects.get("pred_at_target")
     mde = f"MDE: A {_fmt_mde(a)}, pass rate at target {_fmt_mde(pred)}"
     reach = [effects.get(_reach_key(f)) for f in REACH_LEVELS]
@@ -401,8 +463,12 @@ def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float
         mde += ", compute " + " / ".join("?" if r is None or not np.isfinite(r.mde) else ratio_text(r.mde)
                                          for r in reach)
     n = a.n_seeds if a is not None else 0
-    if a is None or not np.isfinite(a.low):
-        why = f"{n} seed{'s' if n != 1 else ''}" + ("; run >= 2 seeds" if n < 2 else "; no run-to-run variance")
+    if a is None or n < 2 or not np.isfinite(a.low):
+        # One paired seed gets an interval from the other variants' pooled sd, but a verdict on one run of
+        # the variant is a claim about that run, not the recipe: none is made.
+        why = (f"{n} paired seed{'s' if n != 1 else ''}"
+               + ("; a verdict needs >= 2 (a seed whose fit failed pairs with nothing)" if n < 2
+                  else "; no run-to-run variance"))
         return SeedVerdict(NO_VERDICT, None, f"{why} ({mde})", effects, identifiable, budget)
     notes = ""  # what the verdict does not say: an unidentifiable A, effects under their margin
     if a.significant:
@@ -411,7 +477,7 @@ def _verdict(effects: dict[str, PairedEffect], identifiable: bool, budget: float
             return SeedVerdict(CEILING_MOVER, direction,
                                f"A {a.estimate:+.3f} [{a.low:+.3f}, {a.high:+.3f}] over {n} seeds", effects,
                                identifiable, budget)
-        why = pinned_note or f"needs a fit reaching >= {budget:.3g}"
+        why = why_not_identifiable or f"needs a fit reaching >= {budget:.3g}"
         notes = f"; A looks {direction} but is not identifiable ({why})"
     reach_effects = [effects[k] for k in (_reach_key(f) for f in REACH_LEVELS) if k in effects]
     small = [f"compute to {e.quantity.removeprefix('reach_')}% {ratio_text(e.estimate)} "

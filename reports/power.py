@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fitting.power import MAX_SEEDS, SEED_OPTIONS, QuantityNoise, mde, seeds_needed
-from fitting.seeds import MIN_A_SHIFT, MIN_COMPUTE_RATIO, paired_difference_sd, seed_quantities, table_level
+from fitting.seeds import MIN_A_SHIFT, MIN_COMPUTE_RATIO, a_pinned, paired_difference_sd, seed_quantities, table_level
 from reports import schema
 
 QUANTITIES = {"A": "A", "pred_at_target": "pass rate at target", "reach_50": "compute to 50% of the gain (ln ratio)",
@@ -63,6 +63,9 @@ def sweep_noise(fits, wall_seconds: float | None = None) -> SweepNoise:
         differences = {name: {seed: value - base[seed] for seed, value in by_seed.items()
                               if seed in base and math.isfinite(value - base[seed])}
                        for name, by_seed in by_variant.items() if name != schema.BASE}
+        if quantity == "A":  # as the verdicts do: an A pinned at a bound has no spread of its own (a_pinned)
+            pinned = a_pinned(seed_fits, schema.BASE)
+            differences = {name: d for name, d in differences.items() if name not in pinned}
         s, df = paired_difference_sd(differences) if differences else (math.nan, 0)
         within_s = math.sqrt(2) * float(np.median(within[quantity])) if within.get(quantity) else math.nan
         if df < 1:

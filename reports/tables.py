@@ -416,6 +416,7 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                        verdicts_from=fits.data.budget.verdicts_from,
                        min_compute_ratio=fits.data.budget.min_compute_ratio, min_a_shift=fits.data.budget.min_a_shift,
                        fixed_a=comparison.fixed_a if comparison is not None else math.nan,
+                       tested_effects=comparison.tested_effects if comparison is not None else 0,
                        shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "",
                        noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "",
                        miss_note=(fits.target_miss.note() if fits.target_miss is not None and fits.target_miss.departs
@@ -433,12 +434,21 @@ def _flags(v: VariantFit) -> str:
 
 
 def _a_pinned(fits: SweepFits, name: str) -> str | None:
-    """Why A cannot be called although its interval clears the margin, when a bootstrap A interval reaches its
-    bound (the a_interval_at_bound of fitting.seeds.seed_verdicts); None: the reason is the fit window."""
+    """Why A cannot be called although its interval clears the margin: a bootstrap A interval reaching its
+    bound (the a_interval_at_bound of fitting.seeds.seed_verdicts), else a seed fit's flag
+    (fitting.seeds.unidentifiable_reason); None: the reason is the fit window."""
+    from fitting.seeds import unidentifiable_reason
+
     at_bound = {n for n, v in fits.variants.items() if "a_ci_at_bound" in v.boot.flags}
     if name in at_bound:
         return "its A interval reaches a bound"
-    return "the base's A interval reaches a bound" if schema.BASE in at_bound else None
+    if schema.BASE in at_bound:
+        return "the base's A interval reaches a bound"
+    base = fits.variants.get(schema.BASE)
+    if base is None:
+        return None
+    fitted = {s: f for s, f in fits.variants[name].seed_fits.items() if f is not None}
+    return unidentifiable_reason(fitted, {s: f for s, f in base.seed_fits.items() if f is not None})
 
 
 # paired effect (fitting.seeds) -> LOO table column prefix; reach columns hold ln(C_variant / C_base)
@@ -582,9 +592,11 @@ def evidence_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[
 
 def evidence_note(table: pd.DataFrame) -> str:
     """How to read the evidence block: paired t-intervals at the table-wide level (fitting.seeds.table_level), MDE."""
-    from fitting.seeds import MIN_A_SHIFT, MIN_COMPUTE_RATIO, table_level
+    from fitting.seeds import LEVEL, MIN_A_SHIFT, MIN_COMPUTE_RATIO, table_level
 
-    tests, level = table_level(int((table["variant"] != schema.BASE).sum()))
+    # The count the intervals used (variants with a fitted seed), else one from the table's rows.
+    tests = table.attrs.get("tested_effects") or table_level(int((table["variant"] != schema.BASE).sum()))[0]
+    level = 1 - (1 - LEVEL) / tests
     ratio, shift = table.attrs.get("min_compute_ratio", MIN_COMPUTE_RATIO), table.attrs.get("min_a_shift", MIN_A_SHIFT)
     whole_run = table.attrs.get("verdicts_from") == "run"
     by = "the target" if whole_run else "fit_at"
@@ -609,7 +621,7 @@ def evidence_note(table: pd.DataFrame) -> str:
         "past C_mid; nor may the variant's or the base's seed-mean A interval reach its bound); efficiency shaper = "
         f"the compute to reach 50% or 90% of the base's gain by {by} differs beyond the margin (faster: less compute; "
         "slower: more; mixed: one each); no detectable effect = neither, at the MDE shown; no verdict = fewer than 2 "
-        "seeds.")
+        "paired seeds.")
 
 
 def low_truncation_text(share) -> str:

@@ -144,10 +144,9 @@ def verdict_sentence(row, *, target: str = "the target", min_compute_ratio: floa
         compute = f", or x{max(reach):.2f} in the compute to reach 50% or 90% of the gain," if reach else ""
         return (f"No detectable effect: a shift of {row['MDE_A']:.3f} in A or {row['MDE_pred']:.3f} in pass rate "
                 f"at {target}{compute} would have shown 80% of the time.")
-    if verdict == NO_VERDICT:
-        seeds = row.get("n_seeds")
-        count = f"{int(seeds)} seed{'s' if seeds != 1 else ''}" if pd.notna(seeds) else "too few seeds"
-        return f"No verdict: {count} (a verdict needs >= 2 paired seeds); the estimates are in the table."
+    if verdict == NO_VERDICT:  # the reason says why: too few paired seeds, or no run-to-run variance
+        reason = str(row.get("reason") or "").split(" (MDE")[0] or "too few paired seeds"
+        return f"No verdict: {reason}; the estimates are in the table."
     if verdict == "not fitted":
         return "Not fitted: see the notes page."
     return str(row.get("reason") or verdict)

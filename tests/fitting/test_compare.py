@@ -41,11 +41,27 @@ def test_verdicts(comparison):
     assert "MDE" in comparison.variants["identical"].reason
 
 
+def test_the_comparison_counts_the_effects_its_intervals_were_tested_over(comparison):
+    assert comparison.tested_effects == 3 * 3  # A and the two reach levels of each of the 3 variants
+
+
+def test_a_base_whose_every_seed_fit_failed_gives_no_verdict_and_says_why():
+    seed_fits = {name: {s: fitted(*truth, seed=100 * i + s) for s in range(2)} for i, (name, truth) in
+                 enumerate(TRUTHS.items()) if name != "base"}
+    seed_fits["base"] = {}
+    fits = {name: fitted(*truth, seed=7 + i) for i, (name, truth) in enumerate(TRUTHS.items())}
+    comparison = compare_loo(fits, base="base", n_boot=50, seed=0, seed_fits=seed_fits, fit_at=8000, target=16000)
+    assert comparison.tested_effects == 0
+    for name, v in comparison.variants.items():
+        if name != "base":
+            assert (v.verdict, v.reason) == ("no verdict", "no fitted seed of the base to pair with")
+
+
 def test_one_curve_per_variant_gives_no_verdict():
     fits = {name: fitted(*truth, seed=5 + i) for i, (name, truth) in enumerate(TRUTHS.items())}
     comparison = compare_loo(fits, base="base", n_boot=50, seed=0)
     assert {v.verdict for name, v in comparison.variants.items() if name != "base"} == {"no verdict"}
-    assert all("1 seed" in v.reason for name, v in comparison.variants.items() if name != "base")
+    assert all("1 paired seed" in v.reason for name, v in comparison.variants.items() if name != "base")
 
 
 def test_fixed_a_is_the_mean_without_ceiling_movers(comparison):

@@ -58,7 +58,7 @@ def test_the_mde_is_called_80_percent_of_the_time_and_the_tables_formula_less():
     assert printed < exact and simulated_power(printed, 0.05, 3, 2, 0.02, rng_seed=2) < 0.80 - TOLERANCE / 3
 
 
-def test_the_planners_table_mde_is_the_mde_the_sweeps_table_prints():
+def test_the_planners_mde_is_the_mde_the_sweeps_table_prints():
     rng = np.random.default_rng(3)
     values = {name: {seed: float(rng.normal(0, 0.03)) for seed in range(3)} for name in ["base", "a", "b", "c"]}
     _, level = table_level(3)
@@ -69,7 +69,7 @@ def test_the_planners_table_mde_is_the_mde_the_sweeps_table_prints():
     s, df = paired_difference_sd({name: {seed: v - values["base"][seed] for seed, v in by.items()}
                                   for name, by in values.items() if name != "base"})
     assert df == plan_df(3, 3) == 6
-    assert effects["a"].mde == pytest.approx(table_mde(s, 3, 3, margin=0.02), rel=1e-9)
+    assert effects["a"].mde == pytest.approx(mde(s, 3, 3, margin=0.02), rel=1e-9)
 
 
 def test_seeds_needed_is_the_first_n_at_80_percent_and_never_at_the_margin():

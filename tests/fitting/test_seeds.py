@@ -1,13 +1,16 @@
 """Seed-aware LOO verdicts on synthetic sweeps: paired effects, pooled intervals, MDE, reach semantics."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from fitting import fit_sigmoid, sigmoid_curve
-from fitting.seeds import (MIN_COMPUTE_RATIO, compute_to_reach, held_out_interval, paired_difference_sd,
-                           paired_effects, reach_levels, seed_verdicts)
+from fitting.seeds import (MIN_COMPUTE_RATIO, a_pinned, compute_to_reach, detectable_effect,
+                           held_out_interval, paired_difference_sd, paired_effects, reach_levels, seed_verdicts,
+                           table_level)
 from fitting.validate import FitInputError
 
 COMPUTE = np.arange(0.0, 16001.0, 200.0)
@@ -68,11 +71,9 @@ def test_one_seed_gives_no_verdict_and_an_mde_lower_bound():
         if name == "base":
             continue
         assert v.verdict == "no verdict"
-        assert "1 seed; run >= 2 seeds" in v.reason
+        assert "1 paired seed; a verdict needs >= 2" in v.reason
         a = v.effects["A"]
         assert a.mde_is_lower_bound and math.isnan(a.low)
-        from scipy import stats
-
         z = stats.norm.ppf(1 - 0.05 / (3 * 4) / 2)  # Bonferroni over the table's 3 x 4 tested effects
         # the smallest A shift a verdict is made on (0.02) plus what the noise hides
         assert a.mde == pytest.approx(0.02 + (z + stats.norm.ppf(0.8)) * math.hypot(0.01, 0.01), rel=1e-6)
@@ -88,13 +89,14 @@ def test_paired_effect_interval_uses_the_two_way_residual_sd_and_t():
     sd_expected = math.sqrt(2 * (residual ** 2).sum() / 4)  # df = (3 - 1)(3 - 1)
     sd, df = paired_difference_sd({"x": {0: 0.3, 1: 0.4, 2: 0.5}, "y": {0: 0.0, 1: 0.1, 2: -0.1}})
     assert df == 4 and sd == pytest.approx(sd_expected) and sd == pytest.approx(0.1291, abs=1e-4)
-    from scipy import stats
-
     half = stats.t.ppf(0.975, 4) * sd / math.sqrt(3)
     assert effects["x"].estimate == pytest.approx(0.4)
     assert (effects["x"].low, effects["x"].high) == pytest.approx((0.4 - half, 0.4 + half))
     assert effects["x"].significant and not effects["y"].significant
-    assert effects["x"].mde == pytest.approx((stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * sd / math.sqrt(3))
+    # The MDE: the effect called 80% of the time (noncentral t), above the textbook (t + t) s / sqrt(n) at df 4.
+    textbook = (stats.t.ppf(0.975, 4) + stats.t.ppf(0.8, 4)) * sd / math.sqrt(3)
+    assert effects["x"].mde == pytest.approx(detectable_effect(sd, 3, 4, 0.95, 0.8)) and effects["x"].mde > textbook
+    assert stats.nct.sf(stats.t.ppf(0.975, 4), 4, effects["x"].mde * math.sqrt(3) / sd) == pytest.approx(0.8)
 
 
 def test_an_effect_must_clear_its_margin_not_only_zero():
@@ -139,7 +141,7 @@ def test_paired_intervals_cover_at_their_level_when_every_difference_shares_the_
     # Null sweeps of 8 variants (normal run-to-run noise, seeds as blocks): 95% intervals must miss
     # about 5% of the time. The variants' own spreads pooled missed 7.7% / 7.0% (they all carry the
     # base's runs); the two-way residual is exact under this model.
-    from scipy import stats
+
 
     rng = np.random.default_rng(seeds)
     misses, tests = 0, 0
@@ -208,9 +210,37 @@ def test_an_a_interval_at_its_bound_withholds_the_ceiling_claim(three_seeds):
         assert f"A looks higher but is not identifiable ({why})" in verdict.reason
 
 
+
+def test_one_paired_seed_gets_no_verdict_though_the_pool_gives_it_an_interval(three_seeds):
+    fits, _ = three_seeds
+    cut = {**fits, "later": {0: fits["later"][0]}}  # two of its seed fits failed
+    verdict = seed_verdicts(cut, "base", fit_at=FIT_AT, target=TARGET)["later"]
+    reach = verdict.effects["reach_50"]
+    assert reach.n_seeds == 1 and math.isfinite(reach.low) and reach.significant  # the pool's sd gives it one
+    assert verdict.verdict == "no verdict" and verdict.reason.startswith("1 paired seed; a verdict needs >= 2")
+
+
+def test_an_a_pinned_at_its_bound_stays_out_of_the_pooled_sd_and_its_flag_is_named(three_seeds):
+    fits, _ = three_seeds
+    pinned = {s: dataclasses.replace(f, flags=f.flags + ("a_at_bound",)) for s, f in fits["higher-ceiling"].items()}
+    flagged = {**fits, "higher-ceiling": pinned}
+    assert a_pinned(flagged, "base") == {"higher-ceiling"} and a_pinned(fits, "base") == set()
+    verdicts = seed_verdicts(flagged, "base", fit_at=FIT_AT, target=TARGET)
+    a = {name: {s: f.a for s, f in by_seed.items()} for name, by_seed in fits.items()}
+    rest = {name: {s: a[name][s] - a["base"][s] for s in range(3)} for name in ("steeper", "later", "identical")}
+    sd, df = paired_difference_sd(rest)
+    _, level = table_level(4)
+    half = stats.t.ppf((1 + level) / 2, df) * sd / math.sqrt(3)
+    identical = verdicts["identical"].effects["A"]
+    assert df == 6 and identical.high - identical.estimate == pytest.approx(half)
+    assert identical.mde == pytest.approx(detectable_effect(sd, 3, df, level, 0.8, margin=0.02))
+    higher = verdicts["higher-ceiling"]
+    assert higher.verdict != "ceiling mover"
+    assert "A looks higher but is not identifiable (A at its bound in seeds 0, 1, 2)" in higher.reason
+
 def test_held_out_interval():
     low, high = held_out_interval([0.80, 0.82], observed_sd=0.02, prediction_sd=0.01, df=10)
-    from scipy import stats
+
 
     half = stats.t.ppf(0.975, 10) * math.sqrt(0.02 ** 2 + 0.01 ** 2 / 2)
     assert (low, high) == pytest.approx((0.81 - half, 0.81 + half))

@@ -329,6 +329,15 @@ def test_the_sweeps_verdict_margins_reach_the_verdicts(tmp_path):
     assert "clear of +-1 in A and beyond x100.00 in compute" in evidence_note(strict.reset_index())
 
 
+
+def test_the_evidence_note_states_the_level_the_intervals_used_not_one_from_the_rows():
+    from reports.tables import evidence_note
+
+    table = pd.DataFrame({"variant": [schema.BASE] + [f"v{i}" for i in range(8)]})
+    assert "at 99.79% each (Bonferroni over the table's 24 tested effects" in evidence_note(table)
+    table.attrs["tested_effects"] = 21  # one of the 8 variants had no fitted seed: the verdicts tested 7 x 3
+    assert "at 99.76% each (Bonferroni over the table's 21 tested effects" in evidence_note(table)
+
 def test_the_table_gives_the_compute_to_reach_mde_of_every_variant(sweep_fits):
     from reports.tables import evidence_cells
 

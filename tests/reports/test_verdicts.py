@@ -89,7 +89,7 @@ def test_the_why_names_the_figure_the_verdict_was_called_on_first(case, found, i
     why = verdict_why(made.verdict, made.direction, made.effects, ceiling_budget=300.0, fallback=made.reason)
     assert_reads_as_its_verdict(why, made.verdict, made.effects)
     if verdict == NO_VERDICT:
-        assert why == made.reason and "run >= 2 seeds" in why
+        assert why == made.reason and "a verdict needs >= 2" in why
 
 
 def test_the_issues_demo_row_reads_as_its_verdict():
@@ -135,12 +135,15 @@ def test_every_why_in_the_synthetic_table_reads_as_its_verdict(sweep_fits):
     (EFFICIENCY_SHAPER, "slower", "Slower: x1.64 [x1.16, x2.33] the base's compute to reach 50% of its gain."),
     (NO_EFFECT, None, "No detectable effect: a shift of 0.076 in A or 0.050 in pass rate at 240 s would have shown "
                       "80% of the time."),
-    (NO_VERDICT, None, "No verdict: 1 seed (a verdict needs >= 2 paired seeds); the estimates are in the table."),
+    (NO_VERDICT, None, "No verdict: 1 paired seed; a verdict needs >= 2 (a seed whose fit failed pairs with "
+                       "nothing); the estimates are in the table."),
     ("reach MDE", None, "No detectable effect: a shift of 0.076 in A or 0.050 in pass rate at 240 s, or x1.31 in "
                         "the compute to reach 50% or 90% of the gain, would have shown 80% of the time."),
 ])
 def test_the_title_pages_sentence_gives_the_key_figure(verdict, direction, expected):
     row = {"verdict": verdict, "direction": direction, "n_seeds": 1 if verdict == NO_VERDICT else 3,
+           "reason": ("1 paired seed; a verdict needs >= 2 (a seed whose fit failed pairs with nothing) (MDE: A "
+                      "≥0.076, pass rate at target ≥0.050)") if verdict == NO_VERDICT else "",
            "d_A": -0.115, "d_A_lo": -0.147, "d_A_hi": -0.084, "MDE_A": 0.076, "MDE_pred": 0.05,
            "log_reach_50": math.log(1.64), "log_reach_50_lo": math.log(1.16), "log_reach_50_hi": math.log(2.33),
            "log_reach_90": math.log(1.28), "log_reach_90_lo": math.log(1.07), "log_reach_90_hi": math.log(1.53)}
