@@ -21,7 +21,7 @@ from typing import Any, Optional
 from components.registry import ConfigError
 from recipe.config import RecipeConfig
 from sweeps.progress import compute_key
-from sweeps.state import RunLock, is_done, mark_done
+from sweeps.state import DONE_FILE, RunLock, is_done, mark_done
 
 
 # The key of a job's result when it stopped on an input error: deterministic, so the driver does not retry it.
@@ -58,8 +58,11 @@ class TrainingJob:
         if machines is not None and machines.count > 1 and machines.rank != "0":
             return follow_main_node(self.recipe, run_dir, machines)
         with RunLock(run_dir):
-            if is_done(run_dir):
+            if is_done(run_dir, self.unit, self.target):
                 return json_summary(run_dir)
+            # Finished at a lower target (the spec's budget.target was raised since): train on from the last
+            # checkpoint; done.json is written again when the new target is reached.
+            (run_dir / DONE_FILE).unlink(missing_ok=True)
             started = time.time()
             key = compute_key(self.unit)
             reached: dict[str, Any] = {}

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from components.registry import ConfigError
 from sweeps.slurm_options import submitit_parameters
 from sweeps.spec import SweepSpec
 
@@ -27,6 +28,24 @@ from sweeps.spec import SweepSpec
 FINISH_CHECK_SECONDS = 0.1
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+# sbatch's words for a controller it could not reach right now (not a refusal of the request): such a
+# submission is tried again after each of these waits before it is reported.
+TRANSIENT_SUBMIT_ERRORS = ("socket timed out", "unable to contact slurm controller", "temporarily unavailable",
+                           "slurm temporarily unable", "connection refused")
+SUBMIT_RETRY_SECONDS = (10.0, 30.0, 90.0)
+
+
+class SubmissionRefused(ConfigError):
+    """The scheduler refused a submission (sbatch's error): an input of executor.slurm, named in one line."""
+
+
+def refusal_message(error: BaseException) -> str:
+    """One line for a refused sbatch: its own words, then the keys that usually cause one."""
+    words = " ".join(str(error).split()) or type(error).__name__
+    return (f"the scheduler refused the sweep's jobs: {words}; check executor.slurm.partition, account, qos, "
+            "time_minutes, gpus_per_node, mem_gb and constraint against the cluster (sinfo; sacctmgr show assoc "
+            "user=$USER), then rerun `sweep run` (finished and running jobs are kept)")
 
 
 @contextlib.contextmanager
@@ -93,13 +112,30 @@ class Launcher:
             self.threads = slurm.cpus_per_task
 
     def submit(self, functions: Sequence[Callable[[], Any]]) -> list[Any]:
-        """Submit callables; on SLURM they go as one job array. Returns submitit Job handles."""
-        with thread_environment(self.threads):
-            if self.name == "slurm" and len(functions) > 1:
-                with self.executor.batch():
-                    handles = [self.executor.submit(function) for function in functions]
-                return handles
-            return [self.executor.submit(function) for function in functions]
+        """Submit callables; on SLURM they go as one job array. Returns submitit Job handles.
+
+        On SLURM a controller that does not answer (TRANSIENT_SUBMIT_ERRORS) is tried again after each of
+        SUBMIT_RETRY_SECONDS; a refusal (a wrong partition, account, QOS, limit) raises SubmissionRefused.
+        """
+        if self.name != "slurm":
+            with thread_environment(self.threads):
+                return [self.executor.submit(function) for function in functions]
+        from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+        for wait in (*SUBMIT_RETRY_SECONDS, None):
+            try:
+                with thread_environment(self.threads):
+                    if len(functions) == 1:
+                        return [self.executor.submit(functions[0])]
+                    with self.executor.batch():  # one job array: submitted whole or not at all
+                        handles = [self.executor.submit(function) for function in functions]
+                    return handles
+            except (FailedJobError, FailedSubmissionError) as error:
+                transient = any(words in str(error).lower() for words in TRANSIENT_SUBMIT_ERRORS)
+                if wait is None or not transient:
+                    raise SubmissionRefused(refusal_message(error)) from None
+                time.sleep(wait)
+        raise AssertionError("unreachable")
 
     def wait(self, handles: Sequence[Any], seconds: float) -> None:
         """Sleep `seconds`, or less: until one of `handles` (submitted jobs) has finished, where that is cheap

@@ -32,7 +32,7 @@ def compute_key(unit: str) -> str:
 class JobProgress:
     job: Job
     status: str
-    attempts: int = 0
+    failures: int = 0  # launches that failed (sweeps.state.JobState.failures)
     compute: float = 0.0
     pass_rate: float | None = None
     eta_seconds: float | None = None
@@ -71,7 +71,7 @@ def last_eval(run_dir: Path, unit: str) -> tuple[float, float | None, float | No
 def job_progress(spec: SweepSpec, sweep_dir: Path, job: Job) -> JobProgress:
     state = read_state(sweep_dir, job.run_id)
     compute, pass_rate, seconds = last_eval(job.run_dir, spec.budget.unit)
-    if is_done(job.run_dir):
+    if is_done(job.run_dir, spec.budget.unit, spec.budget.target):
         status = DONE
     elif is_locked(job.run_dir):
         status = RUNNING
@@ -79,7 +79,7 @@ def job_progress(spec: SweepSpec, sweep_dir: Path, job: Job) -> JobProgress:
         status = FAILED
     else:
         status = PENDING  # never started, or stopped mid-way (resumes from its checkpoint)
-    progress = JobProgress(job, status, state.attempts, compute, pass_rate, error=state.last_error,
+    progress = JobProgress(job, status, state.failures, compute, pass_rate, error=state.last_error,
                            log_path=state.log_path, launcher_id=state.launcher_id,
                            phase=read_phase(job.run_dir) if status == RUNNING else None)
     target = spec.budget.target
@@ -100,7 +100,7 @@ def format_duration(seconds: float | None) -> str:
 def format_state(row: JobProgress) -> str:
     """"done", "failed x2", "running", or the phase of a running job: "running: warm start 300/1000 (30%)"."""
     if row.status == FAILED:
-        return f"failed x{row.attempts}"
+        return f"failed x{row.failures}"
     phase = row.phase
     if row.status != RUNNING or not phase:
         return row.status

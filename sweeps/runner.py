@@ -3,8 +3,11 @@
 `run_sweep` is idempotent. Finished jobs (done.json) are skipped; a job whose run directory is
 locked is still running from an earlier driver and is watched, not relaunched; an interrupted job
 resumes from its checkpoint; a failed job is retried by a later call until it has failed
-`executor.max_attempts` times. Killing the driver (Ctrl-C or kill -9) loses nothing: all state is
-in the sweep directory (see sweeps/state.py).
+`executor.max_attempts` times. All state is in the sweep directory (see sweeps/state.py), so the
+driver can die at any time: after a kill -9 its local jobs keep training and the next driver watches
+them; a Ctrl-C at the terminal reaches the local jobs too (they share its process group) and stops
+them, and each resumes from its last checkpoint (checkpoint.every_steps / every_minutes); SLURM jobs
+run on regardless. A resume is a launch, not a failure: only failures count against max_attempts.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, TextIO
 
 from omegaconf import OmegaConf
 
+from components.registry import ConfigError
 from sweeps.job import TrainingJob
 from sweeps.planner import Job, check_jobs_can_run, check_size, plan_sweep
 from sweeps.progress import collect_progress, format_progress
@@ -198,13 +202,18 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
 
     queue: list[Job] = []
     watched: list[Job] = []  # running under an earlier driver: watched until their lock is released
+    unit, target = spec.budget.unit, spec.budget.target
+
+    def finished(job: Job) -> bool:  # at this spec's target: a raised target trains finished runs on
+        return is_done(job.run_dir, unit, target)
+
     for job in jobs:
         state = read_state(sweep_dir, job.run_id)
-        if is_done(job.run_dir):
+        if finished(job):
             continue
         if is_locked(job.run_dir):
             watched.append(job)
-        elif state.status == FAILED and state.attempts >= max_attempts:
+        elif state.status == FAILED and state.failures >= max_attempts:
             continue  # reported as failed; delete its state file to try again
         else:
             queue.append(job)
@@ -219,7 +228,11 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
         functions = [TrainingJob(sweep_job_recipe(job), str(job.run_dir), spec.budget.unit, spec.budget.target,
                                  launcher.threads, faults.get(job.variant)) for job in batch]
         with timer.phase("launch"):
-            handles = launcher.submit(functions)
+            try:
+                handles = launcher.submit(functions)
+            except ConfigError:  # the scheduler refused them (launcher.SubmissionRefused): nothing more starts
+                tracker.finish_sweep("FAILED")
+                raise
         for job, handle in zip(batch, handles):
             state = read_state(sweep_dir, job.run_id)
             state.status, state.attempts, state.last_error = RUNNING, state.attempts + 1, None
@@ -246,20 +259,21 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
                 input_error = job_input_error(handle) if error is None else None
                 if input_error is not None:  # the same inputs fail the same way: not retried
                     state.status, state.last_error = FAILED, f"{INPUT_ERROR_PREFIX}{input_error}"
-                    state.attempts = max(state.attempts, max_attempts)
+                    state.failures = max(state.failures + 1, max_attempts)
                     tracker.finish(job, "FAILED")
-                elif error is None and is_done(job.run_dir):
+                elif error is None and finished(job):
                     state.status = DONE
                     tracker.finish(job, "FINISHED")
                 else:
                     state.status, state.last_error = FAILED, error or "job ended without reaching its target"
+                    state.failures += 1
                     tracker.finish(job, "FAILED")
                 write_state(sweep_dir, run_id, state)
             for job in list(watched):
                 tracker.mirror(job)
                 if not is_locked(job.run_dir):
                     watched.remove(job)
-                    if is_done(job.run_dir):
+                    if finished(job):
                         tracker.finish(job, "FINISHED")
                     else:
                         queue.append(job)  # its process died: resume it from its checkpoint
@@ -278,8 +292,9 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
             if queue or active or watched:
                 launcher.wait([handle for _, handle in active.values()], spec.executor.poll_seconds)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: nothing is lost; rerun `sweep run` on the same spec to resume ({sweep_dir})",
-              file=stream)
+        stopped = ("; the local jobs it started stopped with it and resume from their last checkpoints"
+                   if spec.executor.name == "local" and active else "")
+        print(f"\ninterrupted{stopped}: rerun `sweep run` on the same spec to resume ({sweep_dir})", file=stream)
         return 130
 
     rows = collect_progress(spec, sweep_dir, jobs)
@@ -292,10 +307,10 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
             if (state.last_error or "").startswith(INPUT_ERROR_PREFIX):
                 retry = (f"rerunning fails the same way: fix the input it names, then delete {state_file} and rerun "
                          "`sweep run`")
-            elif state.attempts < max_attempts:
+            elif state.failures < max_attempts:
                 retry = "retried by the next `sweep run`"
             else:
-                retry = f"failed {state.attempts} times (executor.max_attempts); delete {state_file} to retry"
+                retry = f"failed {state.failures} times (executor.max_attempts); delete {state_file} to retry"
             print(f"FAILED {row.job.variant} seed {row.job.seed}: {state.last_error}\n"
                   f"  log: {state.log_path}\n  {retry}", file=stream)
         tracker.finish_sweep("FAILED")

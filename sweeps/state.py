@@ -37,7 +37,8 @@ LOCK_WAIT_SECONDS = 60.0
 @dataclasses.dataclass
 class JobState:
     status: str = PENDING
-    attempts: int = 0
+    attempts: int = 0  # launches, resumes after an interrupted driver included
+    failures: int = 0  # launches that ended in a failure: what executor.max_attempts caps
     last_error: Optional[str] = None
     log_path: Optional[str] = None
     launcher_id: Optional[str] = None
@@ -59,7 +60,10 @@ def read_state(sweep_dir: Path, run_id: str) -> JobState:
             check_value_type(data.get(field.name, field.default), hints[field.name], field.name)
         except ConfigError as error:
             raise DamagedFileError(f"{path}: damaged ({error}); {STATE_FIX}") from None
-    return JobState(**{field.name: data.get(field.name, field.default) for field in dataclasses.fields(JobState)})
+    state = JobState(**{field.name: data.get(field.name, field.default) for field in dataclasses.fields(JobState)})
+    if "failures" not in data and state.status == FAILED:  # a state file from before the failure count
+        state.failures = state.attempts
+    return state
 
 
 def write_state(sweep_dir: Path, run_id: str, state: JobState) -> None:
@@ -67,8 +71,24 @@ def write_state(sweep_dir: Path, run_id: str, state: JobState) -> None:
     write_json_atomic(state_path(sweep_dir, run_id), dataclasses.asdict(state))
 
 
-def is_done(run_dir: Path) -> bool:
-    return (run_dir / DONE_FILE).exists()
+DONE_FIX = "remove it and rerun `sweep run`: the job resumes from its last checkpoint"
+
+
+def is_done(run_dir: Path, unit: str | None = None, target: float | None = None) -> bool:
+    """The run finished (its done.json exists) and, given a budget's unit and target, finished at or past it.
+
+    A run id hashes the recipe, not the budget: raise budget.target and rerun, and a run that finished at
+    the old target is not done at the new one (its job resumes from its last checkpoint and trains on).
+    """
+    path = run_dir / DONE_FILE
+    if not path.exists():
+        return False
+    if unit is None or target is None:
+        return True
+    from recipe.compute import COMPUTE_AXES
+
+    reached = read_json_file(path, dict, DONE_FIX).get(COMPUTE_AXES[unit])
+    return isinstance(reached, (int, float)) and not isinstance(reached, bool) and reached >= target
 
 
 def mark_done(run_dir: Path, summary: dict[str, Any]) -> None:

@@ -326,13 +326,14 @@ class TuneDriver:
             error = error or "job ended before reaching budget.fit_at"
             state = read_state(self.tune_dir, job.run_id)
             state.status, state.last_error = "failed", error
+            state.failures += 1
             write_state(self.tune_dir, job.run_id, state)
-            if state.attempts < self.spec.executor.max_attempts:
-                print(f"trial {run.numbers[0]}: {error}; relaunching (attempt {state.attempts + 1} of "
+            if state.failures < self.spec.executor.max_attempts:
+                print(f"trial {run.numbers[0]}: {error}; relaunching (failure {state.failures} of at most "
                       f"{self.spec.executor.max_attempts}, resumes from its checkpoint)", file=self.stream)
                 self.launch(run)
                 return
-            outcome = {"state": FAILED, "error": f"{error} (failed {state.attempts} times; log: {state.log_path})"}
+            outcome = {"state": FAILED, "error": f"{error} (failed {state.failures} times; log: {state.log_path})"}
         del self.active[job.run_id]
         for number in run.numbers:
             record = self.records[number]
@@ -437,7 +438,9 @@ class TuneDriver:
                 if not polled:
                     time.sleep(spec.executor.poll_seconds)
         except KeyboardInterrupt:
-            print(f"\ninterrupted: nothing is lost; rerun `sweep tune` on the same spec to resume ({self.tune_dir})",
+            stopped = ("; the local trials it started stopped with it and resume from their last checkpoints"
+                       if spec.executor.name == "local" and self.active else "")
+            print(f"\ninterrupted{stopped}: rerun `sweep tune` on the same spec to resume ({self.tune_dir})",
                   file=stream)
             return 130
         return self.finish()

@@ -40,3 +40,39 @@ def test_a_finished_local_job_ends_the_wait_at_once(tmp_path):
     started = time.monotonic()
     local.wait([handle], seconds=120.0)
     assert time.monotonic() - started < 60.0
+
+
+def test_an_sbatch_refusal_is_one_line_and_a_controller_that_does_not_answer_is_tried_again(tmp_path, monkeypatch):
+    # submitit raises FailedJobError with sbatch's stderr; the scheduler is stood in for by an executor whose
+    # submissions fail as sbatch's do (tests/sweeps/test_slurm.py refuses a real one on a one-node cluster).
+    import pytest
+    from submitit.core.utils import FailedJobError
+
+    from sweeps import launcher as launcher_module
+    from sweeps.launcher import SubmissionRefused
+
+    class Scheduler:
+        def __init__(self, errors):
+            self.errors, self.calls = list(errors), 0
+
+        def submit(self, function):
+            self.calls += 1
+            if self.errors:
+                raise FailedJobError(self.errors.pop(0))
+            return "job"
+
+    monkeypatch.setattr(launcher_module, "SUBMIT_RETRY_SECONDS", (0.0, 0.0))
+    slurm = launcher(tmp_path, "local")
+    slurm.name = "slurm"
+    slurm.executor = Scheduler(["sbatch: error: Batch job submission failed: Socket timed out on send/recv"])
+    assert slurm.submit([print]) == ["job"] and slurm.executor.calls == 2
+    slurm.executor = Scheduler(["sbatch: error: Batch job submission failed: Invalid partition name specified"])
+    with pytest.raises(SubmissionRefused, match="refused the sweep's jobs: sbatch: error: Batch job submission "
+                                                "failed: Invalid partition name specified; check "
+                                                "executor.slurm.partition"):
+        slurm.submit([print])
+    assert slurm.executor.calls == 1
+    slurm.executor = Scheduler(["Socket timed out"] * 3)
+    with pytest.raises(SubmissionRefused, match="Socket timed out"):
+        slurm.submit([print])
+    assert slurm.executor.calls == 3

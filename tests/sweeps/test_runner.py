@@ -71,6 +71,23 @@ def test_run_then_rerun_skips_finished_jobs(tmp_path, capsys):
     assert "2 done, 0 running, 0 pending, 0 failed" in capsys.readouterr().out
 
 
+
+def test_a_raised_target_trains_finished_runs_on_from_their_checkpoints(tmp_path, capsys):
+    # A run id hashes the recipe, not the budget: done at target 48 is not done at 96.
+    spec = write_spec(tmp_path, target=48)
+    assert main(["run", str(spec)]) == 0
+    out = tmp_path / "out"
+    ended = {run_dir.name: eval_steps(run_dir)[-1] for run_dir in out.glob("runs/*")}
+    spec = write_spec(tmp_path, target=96)
+    capsys.readouterr()
+    assert main(["status", str(spec)]) == 0
+    assert "0 done, 0 running, 2 pending, 0 failed" in capsys.readouterr().out
+    assert main(["run", str(spec)]) == 0
+    assert_complete_curves(out, 2)  # every 2 steps from 0, no gap or repeat: the old curve continued
+    for run_dir in out.glob("runs/*"):
+        assert json.loads((run_dir / "done.json").read_text())["compute/samples"] >= 96
+        assert eval_steps(run_dir)[-1] > ended[run_dir.name]
+
 def test_pipeline_jobs_stop_at_their_target_through_the_supervisor(tmp_path):
     # PipelineRL jobs (trainer and generator processes): the sweep's TargetReached hook runs in the
     # supervisor and stops the trainer right after the evaluation that reached the target.
@@ -99,6 +116,31 @@ def test_crashing_job_is_reported_with_its_log_and_retried_by_the_next_run(tmp_p
     assert not [path for path in (tmp_path / "out").rglob("*") if "%" in path.name]
     assert list((tmp_path / "out" / "logs").glob("*.err")), "each job's stderr log lives in logs/"
 
+
+
+def test_resumes_do_not_count_against_max_attempts_only_failures_do(tmp_path, capsys):
+    # Two earlier drivers interrupted mid-job (3 launches), then one failure: retried, not given up.
+    from sweeps.planner import plan_sweep
+    from sweeps.spec import load_spec
+    from sweeps.state import JobState, read_state, write_state
+
+    spec = write_spec(tmp_path, extra="faults: {loss=dapo: 3}\n")
+    out = tmp_path / "out"
+    job = next(job for job in plan_sweep(load_spec(spec)) if job.variant == "loss=dapo")
+    assert main(["run", str(spec)]) == 1
+    state = read_state(out, job.run_id)
+    assert (state.status, state.attempts, state.failures) == ("failed", 1, 1)
+    write_state(out, job.run_id, JobState(status="failed", attempts=3, failures=1, last_error=state.last_error))
+    capsys.readouterr()
+    assert main(["run", str(spec)]) == 1  # 3 launches, 1 failure: launched again
+    state = read_state(out, job.run_id)
+    assert (state.attempts, state.failures) == (4, 2)
+    assert "retried by the next `sweep run`" in capsys.readouterr().out
+    assert main(["run", str(spec)]) == 1  # the third failure reaches executor.max_attempts (3)
+    assert read_state(out, job.run_id).failures == 3
+    assert "failed 3 times (executor.max_attempts)" in capsys.readouterr().out
+    assert main(["run", str(spec)]) == 1  # given up: not launched again
+    assert read_state(out, job.run_id).attempts == 5
 
 def start_driver_until(spec: Path, out: Path, ready) -> subprocess.Popen:
     """Start `sweep run SPEC` as a separate driver process; return once ready(metrics line counts) holds."""

@@ -145,6 +145,17 @@ def test_slurm_sweep_gives_the_local_executors_loo_table(tmp_path, slurm_cluster
     assert list((slurm_out / "logs").iterdir()), "no SLURM job logs in the sweep directory"
 
 
+
+def test_a_partition_the_cluster_lacks_is_one_line_naming_the_key_and_the_sweep_is_kept(tmp_path, slurm_cluster,
+                                                                                         capsys):
+    spec, out = write_spec(tmp_path, "slurm")
+    spec.write_text(spec.read_text().replace("slurm: {cpus_per_task: 1,", "slurm: {partition: no-such-part, "
+                                                                          "cpus_per_task: 1,"))
+    assert main(["run", str(spec)]) == 2
+    error = capsys.readouterr().err
+    assert "the scheduler refused the sweep's jobs:" in error and "executor.slurm.partition" in error
+    assert "Traceback" not in error and (out / "sweep.json").exists()  # rerun after the fix resumes this sweep
+
 @pytest.mark.slow  # ~4 minutes: SLURM's 1-minute minimum limit and ~30 s checks; `pytest -m slow` runs it
 def test_a_time_limit_requeues_and_the_job_resumes_to_the_same_curve(tmp_path, slurm_cluster):
     # 1-minute limit, USR2 30 s before it: a ~2-minute job is requeued at least once.

@@ -46,3 +46,33 @@ def test_stop_runs_signals_every_job_at_once_then_kills_what_outlives_the_grace(
     finally:
         for holder in holders:
             holder.kill()
+
+
+def test_a_state_file_from_before_the_failure_count_counts_its_failed_attempts_as_failures(tmp_path):
+    import json
+
+    from sweeps.state import read_state, state_path
+
+    path = state_path(tmp_path, "abc")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"status": "failed", "attempts": 3, "last_error": "boom"}))
+    assert read_state(tmp_path, "abc").failures == 3
+    path.write_text(json.dumps({"status": "running", "attempts": 3}))
+    assert read_state(tmp_path, "abc").failures == 0
+
+
+def test_done_means_done_at_the_budgets_target(tmp_path):
+    import json
+
+    import pytest
+
+    from recipe.tracking import DamagedFileError
+    from sweeps.state import is_done
+
+    assert not is_done(tmp_path)
+    (tmp_path / "done.json").write_text(json.dumps({"step": 40, "compute/samples": 64.0}))
+    assert is_done(tmp_path) and is_done(tmp_path, "samples", 64) and not is_done(tmp_path, "samples", 96)
+    assert not is_done(tmp_path, "flops", 1.0)  # finished under another unit: not known to be done
+    (tmp_path / "done.json").write_text("{")
+    with pytest.raises(DamagedFileError, match="done.json: damaged .*remove it and rerun `sweep run`"):
+        is_done(tmp_path, "samples", 64)
