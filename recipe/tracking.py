@@ -25,10 +25,17 @@ PHASE_NAME = "phase.json"
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file so that a reader never sees half of it (write a hidden sibling, then rename over)."""
+    """Write a file so that a reader never sees half of it (write a hidden sibling, then rename over).
+
+    The sibling is flushed to disk before the rename: without it a machine or file server that crashes
+    right after can leave the new name on an empty file (a done.json that reads as done, with nothing in it).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
+    with open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(temporary, path)
 
 

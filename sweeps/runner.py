@@ -30,7 +30,7 @@ from sweeps.job import TrainingJob
 from sweeps.planner import Job, check_jobs_can_run, check_size, plan_sweep
 from sweeps.progress import collect_progress, format_progress
 from sweeps.spec import SweepSpec, base_source, check_output_dir, output_dir
-from recipe.tracking import read_json_file
+from recipe.tracking import read_json_file, write_text_atomic
 from sweeps.state import DONE, FAILED, PENDING, RUNNING, is_done, is_locked, read_state, write_json_atomic, write_state
 
 # Without a terminal the table is printed at most this often (plus on every state change).
@@ -63,7 +63,7 @@ def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None
     frozen["base"] = "scalerl" if source is None else str(source.resolve())
     frozen["output_dir"] = str(sweep_dir.resolve())
     frozen["seeds"] = list(spec.seeds)
-    (sweep_dir / "spec.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(frozen)))
+    write_text_atomic(sweep_dir / "spec.yaml", OmegaConf.to_yaml(OmegaConf.create(frozen)))  # status reads it
     write_json_atomic(sweep_dir / "plan.json", [
         {"run_id": job.run_id, "axis": job.axis, "choice": job.choice, "variant": job.variant, "seed": job.seed,
          "run_dir": str(job.run_dir.relative_to(sweep_dir))}

@@ -184,6 +184,7 @@ def check_budget(budget: BudgetSpec) -> None:
 
 
 SLURM_MAX_MINUTES = 366 * 24 * 60
+MAX_CORES = 4096  # cores_per_job above any machine's (torch takes the thread count as a C int)
 # Tracking URI schemes MLflow stores accept (a bare path is a file store).
 MLFLOW_SCHEMES = ("file", "sqlite", "postgresql", "mysql", "mssql", "http", "https", "databricks")
 
@@ -219,8 +220,9 @@ def check_executor(executor: ExecutorSpec) -> None:
     """The executor's ranges (shared by sweep and tune specs)."""
     if executor.local.max_parallel < 1:
         raise ConfigError(f"executor.local.max_parallel: got {executor.local.max_parallel}, expected >= 1")
-    if executor.local.cores_per_job < 1:
-        raise ConfigError(f"executor.local.cores_per_job: got {executor.local.cores_per_job}, expected >= 1")
+    if not 1 <= executor.local.cores_per_job <= MAX_CORES:
+        raise ConfigError(f"executor.local.cores_per_job: got {executor.local.cores_per_job}, expected 1 to "
+                          f"{MAX_CORES} (the cores one job's threads run on)")
     if executor.max_attempts < 1:
         raise ConfigError(f"executor.max_attempts: got {executor.max_attempts}, expected >= 1")
     if not 0 < executor.poll_seconds <= 3600:

@@ -40,6 +40,8 @@ def test_valid_spec_plans(tmp_path):
     (VALID.replace("max_parallel: 1", "max_parallel: two"),
      r"executor\.local\.max_parallel: got 'two' \(str\), expected int"),
     (VALID.replace("max_parallel: 1", "max_parallel: 0"), r"executor\.local\.max_parallel: got 0, expected >= 1"),
+    (VALID.replace("cores_per_job: 2", "cores_per_job: 100000000000000000000"),
+     r"executor\.local\.cores_per_job: got 100000000000000000000, expected 1 to 4096"),
     (VALID.replace("cores_per_job: 2", "cores: 2"),
      r"executor\.local\.cores: unknown key; valid keys here: max_parallel, cores_per_job"),
     (VALID + "seeds: []\n", r"seeds: empty"),
