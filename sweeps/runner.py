@@ -207,19 +207,25 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
     def finished(job: Job) -> bool:  # at this spec's target: a raised target trains finished runs on
         return is_done(job.run_dir, unit, target)
 
+    launcher = Launcher(spec, sweep_dir / "logs")
+    active: dict[str, tuple[Job, Any]] = {}
+    states = {job.run_id: read_state(sweep_dir, job.run_id) for job in jobs}
+    # On SLURM an earlier driver's jobs may still wait in the queue (holding no run lock yet): watched, not
+    # submitted again.
+    live = launcher.live_jobs([state.launcher_id for state in states.values() if state.status == RUNNING])
     for job in jobs:
-        state = read_state(sweep_dir, job.run_id)
+        state = states[job.run_id]
         if finished(job):
             continue
         if is_locked(job.run_dir):
             watched.append(job)
+        elif state.status == RUNNING and state.launcher_id in live:
+            active[job.run_id] = (job, live[state.launcher_id])
         elif state.status == FAILED and state.failures >= max_attempts:
             continue  # reported as failed; delete its state file to try again
         else:
             queue.append(job)
 
-    launcher = Launcher(spec, sweep_dir / "logs")
-    active: dict[str, tuple[Job, Any]] = {}
     display = Display(stream)
     previous_statuses: list[str] = []
     timer.add("plan", timer.started)

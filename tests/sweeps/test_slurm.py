@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -189,6 +190,38 @@ def test_scancel_then_sweep_run_resumes_from_the_checkpoint(tmp_path, slurm_clus
     for steps in curves(out).values():
         assert [step for step, _, _ in steps] == list(range(0, steps[-1][0] + 1, 2))
 
+
+def test_a_restarted_driver_watches_a_job_still_queued_instead_of_submitting_it_again(tmp_path, slurm_cluster):
+    # Two jobs of all the node's CPUs each: one runs, one waits in the queue (no run lock yet). A driver killed
+    # then and started again must watch the queued one, not submit it a second time (the copy would wait for
+    # the first's run lock and fail).
+    from sweeps.planner import plan_sweep
+    from sweeps.spec import load_spec
+    from sweeps.state import read_state
+
+    cpus = os.cpu_count() or 1
+    spec, out = write_spec(tmp_path, "slurm", target=3200)
+    spec.write_text(spec.read_text().replace("cpus_per_task: 1,", f"cpus_per_task: {cpus},"))
+    driver = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    jobs = plan_sweep(load_spec(spec))
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        started = [job for job in jobs if (job.run_dir / "metrics.jsonl").exists()]
+        ids = [read_state(out, job.run_id).launcher_id for job in jobs]
+        if len(started) == 1 and all(ids):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("no moment with one job running and one queued")
+    os.killpg(driver.pid, signal.SIGKILL)
+    driver.wait()
+    queued = next(job for job in jobs if not (job.run_dir / "metrics.jsonl").exists())
+    before = read_state(out, queued.run_id)
+    assert main(["run", str(spec)]) == 0
+    after = read_state(out, queued.run_id)
+    assert (after.launcher_id, after.attempts, after.failures) == (before.launcher_id, before.attempts, 0)
+    assert len(list(out.glob("runs/*/done.json"))) == 2
 
 TRL_SPEC = """\
 name: trl-slurm
