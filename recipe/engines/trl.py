@@ -74,6 +74,8 @@ LAUNCH_LOG = "launch.log"  # a launched job's processes' output, in its run dire
 # raises it as a ConfigError, which a sweep does not retry (the same inputs fail the same way on every attempt).
 INPUT_ERROR_FILE = "input_error.txt"
 LAUNCHED_ENV = "SCALERL_TRL_LAUNCHED"  # set in the processes launch_processes starts
+SUPERVISOR_ENV = "SCALERL_TRL_SUPERVISOR"  # the pid of the job process that launched them (watch_supervisor)
+SUPERVISOR_POLL_SECONDS = 2.0
 
 
 def loss_arguments(cfg: RecipeConfig) -> dict[str, Any]:
@@ -782,9 +784,41 @@ def launch_environment(num_processes: int) -> dict[str, str]:
     Unset, accelerate would guess each process's CPU threads itself, and the job's compute (devices_held: the
     processes x their threads on CPU) would depend on that guess; so they share this process's torch threads
     (at least one each) unless OMP_NUM_THREADS says otherwise. GPU processes ignore it for their compute."""
-    env = {**os.environ, LAUNCHED_ENV: "1"}
+    env = {**os.environ, LAUNCHED_ENV: "1", SUPERVISOR_ENV: str(os.getpid())}
     env.setdefault("OMP_NUM_THREADS", str(max(1, torch.get_num_threads() // num_processes)))
     return env
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return state not in ("Z", "X")
+
+
+def watch_supervisor(pid: int, poll_seconds: float = SUPERVISOR_POLL_SECONDS) -> None:
+    """In a launched process: end the launched session (the launcher and every rank) once the job process that
+    started it is gone. Why: the session is its own (launch_processes starts it apart, so a signal to the
+    job's group does not tear a collective), so a job killed by SIGKILL (sweep cancel's escalation, the OOM
+    killer) would leave its ranks training on, and a relaunch would put a second set of writers in the run
+    directory. A daemon thread polls every poll_seconds."""
+    import signal
+    import threading
+
+    def watch() -> None:
+        while process_alive(pid):
+            time.sleep(poll_seconds)
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="watch-supervisor", daemon=True).start()
 
 
 def launch_processes(cfg: RecipeConfig, run_dir: Path, on_eval: Callable[[dict], None] | None) -> list[dict]:
@@ -860,6 +894,8 @@ def main(argv: list[str]) -> None:
     """`python -m recipe.engines.trl RUN_DIR`: one process of an accelerate-launched trl job; it exits the process
     (status 0) once the job is done, or raises."""
     run_dir = Path(argv[0])
+    if os.environ.get(SUPERVISOR_ENV, "").isdigit():
+        watch_supervisor(int(os.environ[SUPERVISOR_ENV]))
     cfg = load_recipe(run_dir / "config.yaml")
     # Each rank on its own GPU (accelerate's torchrun sets LOCAL_RANK), before the model is loaded onto it.
     device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if torch.cuda.is_available() else "cpu"

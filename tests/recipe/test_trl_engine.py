@@ -646,3 +646,26 @@ def test_a_bad_decode_token_budget_is_refused_in_one_line(overrides, message):
     with pytest.raises(ConfigError, match=message) as error:
         load_recipe(None, overrides)
     assert "\n" not in str(error.value)
+
+
+def test_launched_processes_end_their_session_once_the_job_process_that_started_them_is_gone():
+    # A launched rank watches the job process (SCALERL_TRL_SUPERVISOR); here a sleeping process stands in for
+    # the job and a second one, in a session of its own as accelerate's launch is, runs the real watcher.
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    rank = subprocess.Popen([sys.executable, "-c", "import time\n"
+                             "from recipe.engines.trl import watch_supervisor\n"
+                             f"watch_supervisor({job.pid}, poll_seconds=0.1)\n"
+                             "print('watching', flush=True)\n"
+                             "time.sleep(120)"],
+                            start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        assert rank.stdout.readline().strip() == "watching"
+        time.sleep(0.5)
+        assert rank.poll() is None  # the job is alive: the rank trains on
+        job.kill()
+        job.wait()
+        assert rank.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        for process in (job, rank):
+            if process.poll() is None:
+                process.kill()
