@@ -27,6 +27,12 @@ compute/wall_device_seconds (= wall x devices). Evaluation time is kept apart an
 FLOPs are estimated per token (Kaplan et al. 2020, C_forward ~ 2 N + 2 n_layer n_ctx d_model with N
 the non-embedding parameters); a training token costs 3 forwards (forward + backward). A sweep fits
 its curves against one of COMPUTE_AXES, chosen by name.
+What the count means: model FLOPs of every sequence processed in full, its prompt included, as an engine
+without prefix sharing computes them (TRL's trainer, a plain generate); it depends on the recipe and the
+data, never on the engine or the machine. The native engine shares a group's prompt (one prefix for its
+G samples) and so computes less than it counts (~0.57x on the testbed: 12-token prompts, G = 8, ~13-token
+responses), and a scan of G on the flops axis charges every sample its prompt. Recomputation is not counted (gradient checkpointing's fourth forward: model FLOPs, not
+hardware FLOPs), nor is evaluation.
 """
 
 from __future__ import annotations

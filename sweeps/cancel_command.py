@@ -11,7 +11,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sweeps.planner import plan_sweep
-    from sweeps.slurm import cancel_slurm_jobs
+    from sweeps.slurm import cancel_slurm_jobs, live_slurm_jobs
     from sweeps.spec import check_output_dir, output_dir
     from sweeps.state import is_done, read_state, stop_runs
     from sweeps.status_command import resolve_spec
@@ -25,7 +25,12 @@ def run(args: argparse.Namespace) -> int:
         if state.launcher_id and not is_done(job.run_dir):
             launched.append((job, state.launcher_id))
     if spec.executor.name == "slurm":
-        cancel_slurm_jobs([launcher_id for _, launcher_id in launched])
+        # Only what the scheduler still holds: a job long gone (finished, failed, purged) would make scancel fail.
+        live = set(live_slurm_jobs([launcher_id for _, launcher_id in launched]))
+        launched = [(job, launcher_id) for job, launcher_id in launched if launcher_id in live]
+        complaint = cancel_slurm_jobs([launcher_id for _, launcher_id in launched])
+        if complaint:
+            print(f"scancel: {complaint}")
     else:
         # Local: stop the training processes themselves (submitit's job processes ignore SIGTERM), all at once.
         running = stop_runs([job.run_dir for job, _ in launched], grace_seconds=10.0)

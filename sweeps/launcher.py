@@ -36,12 +36,6 @@ TRANSIENT_SUBMIT_ERRORS = ("socket timed out", "unable to contact slurm controll
 SUBMIT_RETRY_SECONDS = (10.0, 30.0, 90.0)
 
 
-# squeue's states of a job that is still to run or running: a restarted driver watches such a job instead of
-# submitting its run again (a second copy would wait for the first's run lock and fail).
-LIVE_SLURM_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT")
-
-
 class SubmissionRefused(ConfigError):
     """The scheduler refused a submission (sbatch's error): an input of executor.slurm, named in one line."""
 
@@ -146,16 +140,16 @@ class Launcher:
 
     def live_jobs(self, launcher_ids: Sequence[str | None]) -> dict[str, Any]:
         """SLURM only: of the jobs an earlier driver submitted (their launcher ids), those squeue lists as still
-        to run or running (LIVE_SLURM_STATES), as submitit handles to watch; {} for other executors."""
+        to run or running (sweeps.slurm.LIVE_SLURM_STATES), as submitit handles to watch: submitting their runs
+        again would start a second copy that waits for the first's run lock and fails. {} for other executors."""
         if self.name != "slurm":
             return {}
         from submitit import SlurmJob
 
-        from sweeps.slurm import slurm_states
+        from sweeps.slurm import live_slurm_jobs
 
-        states = slurm_states([job_id for job_id in launcher_ids if job_id])
-        return {job_id: SlurmJob(folder=self.folder, job_id=job_id) for job_id, state in states.items()
-                if state.split(" ")[0] in LIVE_SLURM_STATES}
+        return {job_id: SlurmJob(folder=self.folder, job_id=job_id)
+                for job_id in live_slurm_jobs([job_id for job_id in launcher_ids if job_id])}
 
     def wait(self, handles: Sequence[Any], seconds: float) -> None:
         """Sleep `seconds`, or less: until one of `handles` (submitted jobs) has finished, where that is cheap

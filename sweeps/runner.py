@@ -216,6 +216,7 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
     for job in jobs:
         state = states[job.run_id]
         if finished(job):
+            tracker.close_finished(job)  # it may have finished after an earlier driver died
             continue
         if is_locked(job.run_dir):
             watched.append(job)

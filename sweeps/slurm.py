@@ -23,7 +23,17 @@ def slurm_states(job_ids: list[str]) -> dict[str, str]:
     return states
 
 
-def cancel_slurm_jobs(job_ids: list[str]) -> None:
+# squeue's states of a job that is still to run or running (the rest are over: nothing to cancel or watch).
+LIVE_SLURM_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                     "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT")
+
+
+def live_slurm_jobs(job_ids: list[str]) -> list[str]:
+    """The ids among job_ids that squeue lists in a LIVE_SLURM_STATES state."""
+    return [job_id for job_id, state in slurm_states(job_ids).items() if state.split(" ")[0] in LIVE_SLURM_STATES]
+
+
+def cancel_slurm_jobs(job_ids: list[str]) -> str:
     """Stop the jobs now: SIGINT to their running steps, then scancel.
 
     Why SIGINT first: scancel alone sends SIGTERM, which submitit's job processes ignore (SLURM also
@@ -31,8 +41,12 @@ def cancel_slurm_jobs(job_ids: list[str]) -> None:
     job went on training, or even finished, in between. SIGINT stops the training process at once, as
     `sweep cancel` does for local jobs; checkpoints are replaced atomically, so nothing is lost. A
     pending job has no step to signal (scancel says so and exits non-zero): the plain scancel ends it.
+    Returns what the plain scancel complained of ("" when nothing: a job that ended between the caller's
+    squeue and this call is such a complaint, not a failure of the cancel).
     """
     ids = [job_id for job_id in job_ids if job_id]
-    if ids:
-        subprocess.run(["scancel", "--signal=INT", *ids], capture_output=True, timeout=30)
-        subprocess.run(["scancel", *ids], check=True, timeout=30)
+    if not ids:
+        return ""
+    subprocess.run(["scancel", "--signal=INT", *ids], capture_output=True, timeout=30)
+    result = subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=30)
+    return " ".join(result.stderr.split()) if result.returncode else ""

@@ -162,6 +162,14 @@ class SweepTracker:
         """Close the job's child run: FINISHED or FAILED."""
         self.client.set_terminated(self.state["child_runs"][job.run_id], status=status)
 
+    def close_finished(self, job: Job) -> None:
+        """A job that finished while no driver watched it (the driver was killed, its jobs ran on): mirror the
+        lines it wrote since and close its child run FINISHED, if an earlier driver did not."""
+        self.mirror(job)
+        run_id = self.state["child_runs"][job.run_id]
+        if self.client.get_run(run_id).info.status != "FINISHED":
+            self.client.set_terminated(run_id, status="FINISHED")
+
     def finish_sweep(self, status: str) -> None:
         self.client.set_terminated(self.state["parent_run_id"], status=status)
 

@@ -38,6 +38,14 @@ def test_saved_directory_loads_through_transformers(tiny_model_dir):
     # Non-embedding parameters: everything but the input embedding table (the head is a matmul).
     embedding = model.get_input_embeddings().weight.numel()
     assert count_parameters(model) == sum(p.numel() for p in model.parameters()) - embedding
+    # Tied (SmolLM2): the one matrix is the lookup and the head; it counts once, as the head.
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = dict(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+    tied = LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=True))
+    untied = LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=False))
+    assert tied.get_output_embeddings().weight is tied.get_input_embeddings().weight
+    assert count_parameters(tied) == count_parameters(untied) == sum(p.numel() for p in untied.parameters()) - 1600
     # A bf16 model keeps fp32 parameters (AdamW's master weights) and runs its body in bf16.
     bf16, _ = load_model_dir(tiny_model_dir, dtype="bfloat16")
     assert next(bf16.parameters()).dtype == torch.float32

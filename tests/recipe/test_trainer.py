@@ -124,6 +124,31 @@ def test_micro_batching_gives_the_same_update(tiny_model_dir, memory, monkeypatc
     assert all(not torch.equal(a, b) for a, b in zip(model.parameters(), whole.parameters()))
 
 
+
+def test_micro_batches_report_the_minibatchs_loss_metrics(tiny_model_dir):
+    """Ratio extremes, mean and shares of a split minibatch are the whole one's (trainer.combine_micro_batches):
+    off-policy old logprobs make the ratios differ token to token, so a plain mean of per-micro-batch maxima
+    would read low."""
+    import dataclasses
+
+    from recipe.trainer import combine_micro_batches
+
+    model, tokenizer = load_model_dir(tiny_model_dir)
+    batch, precision = make_batch(model, tokenizer)
+    noise = torch.randn(batch.rollout.old_logprobs.shape, generator=torch.Generator().manual_seed(1))
+    stale = dataclasses.replace(batch, rollout=dataclasses.replace(
+        batch.rollout, old_logprobs=batch.rollout.old_logprobs + 0.5 * noise * batch.rollout.loss_mask))
+    whole = step_once(copy.deepcopy(model), stale, precision, micro_batch_size=0)
+    split = step_once(copy.deepcopy(model), stale, precision, micro_batch_size=5)
+    assert whole["loss/ratio_max"] > 1.5 > 0.7 > whole["loss/ratio_min"]  # the ratios do spread
+    for key in [key for key in whole if key.startswith("loss/")]:
+        assert split[key] == pytest.approx(whole[key], rel=1e-4, abs=1e-6), key
+    parts = [(10.0, 5.0), (30.0, 1.0)]
+    assert combine_micro_batches("loss/ratio_max", parts) == 5.0
+    assert combine_micro_batches("loss/ratio_min", parts) == 1.0
+    assert combine_micro_batches("loss/log_ratio_clamped", parts) == 6.0
+    assert combine_micro_batches("loss/clip_frac", parts) == pytest.approx((10 * 5 + 30 * 1) / 40)
+
 def test_step_metrics_and_mismatch(tiny_model_dir):
     model, tokenizer = load_model_dir(tiny_model_dir)
     batch, precision = make_batch(model, tokenizer)

@@ -184,6 +184,31 @@ def test_kill_9_of_the_driver_then_rerun_resumes_without_gaps_or_duplicates(tmp_
     assert_complete_curves(out, 2)
 
 
+
+def test_jobs_that_finish_while_no_driver_watches_are_mirrored_and_closed_by_the_next_driver(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.state import is_locked
+    from sweeps.tracking import mlflow_record
+
+    spec = write_spec(tmp_path, executor="local", target=480)
+    out = tmp_path / "out"
+    driver = start_driver_until(spec, out, lambda lines: lines and max(lines) >= 3)
+    driver.kill()  # the driver alone: its jobs train on to their end with nobody mirroring them
+    driver.wait()
+    deadline = time.time() + 300
+    while time.time() < deadline and (len(list(out.glob("runs/*/done.json"))) < 2
+                                      or any(is_locked(run_dir) for run_dir in out.glob("runs/*"))):
+        time.sleep(0.5)
+    assert len(list(out.glob("runs/*/done.json"))) == 2
+    assert main(["run", str(spec)]) == 0
+    record = mlflow_record(out)
+    client = MlflowClient(record["tracking_uri"])
+    for run_id, child in record["child_runs"].items():
+        lines = (next(out.glob(f"runs/{run_id}")) / "metrics.jsonl").read_text().splitlines()
+        assert client.get_run(child).info.status == "FINISHED"
+        assert len(client.get_metric_history(child, "eval/pass_rate")) == len(lines)
+
 def test_cancel_stops_local_jobs_and_run_resumes_them(tmp_path, capsys):
     # The driver dies (kill -9) and its local jobs live on; `sweep cancel` must stop the training
     # processes themselves (submitit's job processes ignore SIGTERM), then `sweep run` resumes them.

@@ -191,7 +191,8 @@ def test_scancel_then_sweep_run_resumes_from_the_checkpoint(tmp_path, slurm_clus
         assert [step for step, _, _ in steps] == list(range(0, steps[-1][0] + 1, 2))
 
 
-def test_a_restarted_driver_watches_a_job_still_queued_instead_of_submitting_it_again(tmp_path, slurm_cluster):
+def test_a_restarted_driver_watches_a_job_still_queued_instead_of_submitting_it_again(tmp_path, slurm_cluster,
+                                                                                      capsys):
     # Two jobs of all the node's CPUs each: one runs, one waits in the queue (no run lock yet). A driver killed
     # then and started again must watch the queued one, not submit it a second time (the copy would wait for
     # the first's run lock and fail).
@@ -222,6 +223,12 @@ def test_a_restarted_driver_watches_a_job_still_queued_instead_of_submitting_it_
     after = read_state(out, queued.run_id)
     assert (after.launcher_id, after.attempts, after.failures) == (before.launcher_id, before.attempts, 0)
     assert len(list(out.glob("runs/*/done.json"))) == 2
+    # `sweep cancel` of a run whose job is over (its done.json removed: the job id is COMPLETED or purged):
+    # nothing to cancel, no scancel error
+    (queued.run_dir / "done.json").unlink()
+    capsys.readouterr()
+    assert main(["cancel", str(spec)]) == 0
+    assert "cancelled 0 job(s)" in capsys.readouterr().out
 
 TRL_SPEC = """\
 name: trl-slurm
