@@ -31,8 +31,8 @@ What the count means: model FLOPs of every sequence processed in full, its promp
 without prefix sharing computes them (TRL's trainer, a plain generate); it depends on the recipe and the
 data, never on the engine or the machine. The native engine shares a group's prompt (one prefix for its
 G samples) and so computes less than it counts (~0.57x on the testbed: 12-token prompts, G = 8, ~13-token
-responses), and a scan of G on the flops axis charges every sample its prompt. Recomputation is not counted (gradient checkpointing's fourth forward: model FLOPs, not
-hardware FLOPs), nor is evaluation.
+responses), and a scan of G on the flops axis charges every sample its prompt. Recomputation is not
+counted (gradient checkpointing's fourth forward: model FLOPs, not hardware FLOPs), nor is evaluation.
 """
 
 from __future__ import annotations
