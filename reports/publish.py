@@ -38,8 +38,9 @@ def publish(data: SweepData, *, pdf: Path, csv: Path, figures_dir: Path | None, 
     power_law: the PDF also compares each variant's sigmoid with a power-law fit (off by default)."""
     fits = fit_sweep(data, n_boot=n_boot)
     table = fits.table
-    csv.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(csv, index=False, float_format="%.6g")
+    from recipe.tracking import write_text_atomic
+
+    write_text_atomic(csv, table.to_csv(index=False, float_format="%.6g"))  # a kill never leaves half a table
     pngs = write_report(fits, pdf, figures_dir, power_law=power_law)
     logged = False
     if mlflow_sweep_dir is not None:
@@ -63,9 +64,15 @@ def report_sweep(sweep_dir: str | Path, output_pdf: str | Path | None = None, *,
                  log_mlflow: bool = True, power_law: bool = False, echo=print) -> ReportOutputs:
     """Report a sweep directory: <sweep_dir>/loo_table.csv, the PDF (default <sweep_dir>/report.pdf), its
     figures as PNG in <sweep_dir>/report_figures/, and the fit results in the sweep's MLflow store
-    (skipped with a message when <sweep_dir>/mlflow.json is absent)."""
+    (skipped with a message when <sweep_dir>/mlflow.json is absent). With output_pdf elsewhere the table and
+    the figures go beside it (X.csv, X_figures/): the sweep directory's own report, table and figures stay
+    one consistent set."""
     sweep_dir = Path(sweep_dir)
-    pdf = Path(output_pdf) if output_pdf is not None else sweep_dir / schema.REPORT_FILE
-    return publish(load_sweep(sweep_dir), pdf=pdf, csv=sweep_dir / schema.LOO_TABLE_FILE,
-                   figures_dir=sweep_dir / schema.FIGURES_DIR, n_boot=n_boot,
+    if output_pdf is None or Path(output_pdf).resolve() == (sweep_dir / schema.REPORT_FILE).resolve():
+        pdf, csv, figures = (sweep_dir / schema.REPORT_FILE, sweep_dir / schema.LOO_TABLE_FILE,
+                             sweep_dir / schema.FIGURES_DIR)
+    else:
+        pdf = Path(output_pdf)
+        csv, figures = pdf.with_suffix(".csv"), pdf.with_name(f"{pdf.stem}_figures")
+    return publish(load_sweep(sweep_dir), pdf=pdf, csv=csv, figures_dir=figures, n_boot=n_boot,
                    mlflow_sweep_dir=sweep_dir if log_mlflow else None, power_law=power_law, echo=echo)

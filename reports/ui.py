@@ -33,6 +33,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether nothing listens on host:port now (a bind succeeds)."""
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def runs_url(base_url: str, experiment_id: str | None) -> str:
     """The experiment's runs table (its landing page is a GenAI overview in MLflow 3)."""
     return f"{base_url}/#/experiments/{experiment_id}/runs" if experiment_id is not None else f"{base_url}/"
@@ -92,6 +102,9 @@ def start_ui(tracking_uri: str, *, port: int | None = None, host: str = "127.0.0
     port None picks a free one. Output goes to log_path (default: a file beside a SQLite store, else
     /dev/null). stop() terminates the whole process group (SIGTERM, then SIGKILL after 10 s).
     """
+    if port is not None and not port_is_free(port, host):  # else the health check would find the other server
+        raise UiError(f"port {port} on {host} is in use (another server, perhaps another `sweep ui`); pick another "
+                      "--port, or leave --port out for a free one")
     port = port or free_port(host)
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri, "--host", host,
                "--port", str(port), "--workers", "1"]
@@ -109,7 +122,7 @@ def start_ui(tracking_uri: str, *, port: int | None = None, host: str = "127.0.0
             log.close()
     base = f"http://{host}:{port}"
     deadline = time.monotonic() + timeout
-    while not _answers(f"{base}/health"):
+    while process.poll() is not None or not _answers(f"{base}/health"):  # answered by ours, not a stranger
         if process.poll() is not None or time.monotonic() > deadline:
             code = process.poll()
             reason = f"exited with status {code}" if code is not None else f"gave no answer in {timeout:g} s"

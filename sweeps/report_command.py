@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweep_dir", nargs="?", metavar="SWEEP_DIR",
                         help="sweep directory (sweep.json, plan.json, runs/); omit with --tracking-uri")
     parser.add_argument("-o", "--output", metavar="REPORT.pdf",
-                        help="PDF path (default SWEEP_DIR/report.pdf; required with --tracking-uri)")
+                        help="PDF path (default SWEEP_DIR/report.pdf; its table and figures go beside it as X.csv, "
+                             "X_figures/; required with --tracking-uri)")
     parser.add_argument("--tracking-uri", help="read the sweep from this MLflow store instead of run directories")
     parser.add_argument("--experiment", help="with --tracking-uri: the sweep's experiment (name or id)")
     parser.add_argument("--parent-run-id", help="with --tracking-uri: the sweep's parent run when there are several")

@@ -30,7 +30,14 @@ def _store(sweep_dir: Path) -> tuple[str, str | None]:
 
     info = read_mlflow_file(sweep_dir)
     if info is not None:
-        return info[schema.MLFLOW_TRACKING_URI], str(info[schema.MLFLOW_EXPERIMENT_ID])
+        uri = info[schema.MLFLOW_TRACKING_URI]
+        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+            # mlflow ui would create an empty store there and show nothing (a moved or copied sweep directory
+            # keeps its old absolute URI)
+            own = f"sqlite:///{(sweep_dir / schema.DEFAULT_STORE).resolve()}"
+            raise UsageError(f"{sweep_dir / schema.MLFLOW_FILE} names the store {uri}, which does not exist; fix its "
+                             f"{schema.MLFLOW_TRACKING_URI} (e.g. {own} for this directory's own store)")
+        return uri, str(info[schema.MLFLOW_EXPERIMENT_ID])
     store = sweep_dir / schema.DEFAULT_STORE
     if not store.is_file():
         raise UsageError(f"{sweep_dir} has neither {schema.MLFLOW_FILE} nor {schema.DEFAULT_STORE}: no MLflow store")
@@ -52,9 +59,12 @@ def run(args) -> int:
     sweep_dir = Path(args.sweep_dir)
     if not sweep_dir.is_dir():
         raise UsageError(f"{sweep_dir}: no such sweep directory")
-    from reports.ui import UiError, jobs_url, start_ui
+    from reports.ui import UiError, jobs_url, port_is_free, start_ui
 
     uri, experiment_id = _store(sweep_dir)
+    if args.port is not None and not port_is_free(args.port):
+        raise UsageError(f"port {args.port} on 127.0.0.1 is in use (another server, perhaps another `sweep ui`); "
+                         "pick another --port, or leave --port out for a free one")
     try:
         url, stop = start_ui(uri, port=args.port, experiment_id=experiment_id)
     except UiError as error:

@@ -28,11 +28,15 @@ def test_report_writes_table_pdf_and_figures_and_prints_the_table(tmp_path, caps
 def test_report_power_law_adds_the_comparison_pages(tmp_path, capsys):
     sweep_dir = make_sweep(tmp_path, variants=("base",))
     pdf = tmp_path / "with-power-law.pdf"
+    assert main(["report", str(sweep_dir), "--n-boot", "20"]) == 0  # the sweep directory's own report
+    own = {path: path.read_bytes() for path in (sweep_dir / schema.REPORT_FILE, sweep_dir / schema.LOO_TABLE_FILE)}
     assert main(["report", str(sweep_dir), "--n-boot", "20", "--power-law", "-o", str(pdf)]) == 0
-    assert "power_law.png" in {p.name for p in (sweep_dir / schema.FIGURES_DIR).iterdir()}
+    # a report elsewhere takes its table and figures with it; the sweep directory's own set is left as it was
+    assert "power_law.png" in {p.name for p in (tmp_path / "with-power-law_figures").iterdir()}
     assert pdf.stat().st_size > 10_000
+    assert {path: path.read_bytes() for path in own} == own
     # the LOO table itself is the same with or without the comparison
-    assert list(pd.read_csv(sweep_dir / schema.LOO_TABLE_FILE).columns) == list(schema.LOO_COLUMNS)
+    assert list(pd.read_csv(pdf.with_suffix(".csv")).columns) == list(schema.LOO_COLUMNS)
 
 
 def test_report_usage_errors_exit_2_with_one_line(tmp_path, capsys):
@@ -66,3 +70,26 @@ def test_ui_without_a_store_exits_2(tmp_path, capsys):
     sweep_dir = make_sweep(tmp_path, variants=("base",))
     assert main(["ui", str(sweep_dir)]) == 2
     assert "no MLflow store" in capsys.readouterr().err
+
+
+def test_ui_on_a_port_in_use_and_on_a_store_that_is_gone_exit_2_naming_the_fix(tmp_path, capsys):
+    import json
+    import socket
+
+    sweep_dir = make_sweep(tmp_path, variants=("base",))
+    log_to_mlflow(sweep_dir)
+    with socket.socket() as taken:  # any server on the port: a `sweep ui` must not take its answer for its own
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["ui", str(sweep_dir), "--port", str(port), "--detach"]) == 2
+        assert f"port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
+    # a moved or copied sweep directory keeps its store's old absolute URI: named, not created empty
+    info_path = sweep_dir / schema.MLFLOW_FILE
+    info = json.loads(info_path.read_text())
+    gone = tmp_path / "elsewhere" / "mlflow.db"
+    info[schema.MLFLOW_TRACKING_URI] = f"sqlite:///{gone}"
+    info_path.write_text(json.dumps(info))
+    assert main(["ui", str(sweep_dir), "--detach"]) == 2
+    assert f"names the store sqlite:///{gone}, which does not exist" in capsys.readouterr().err
+    assert not gone.exists() and not gone.parent.exists()
