@@ -115,7 +115,8 @@ class ComputeMeter:
     training_flops: float = 0.0
     samples: int = 0  # sampled sequences used for training (filtered ones included: they cost generation)
     generated_tokens: int = 0
-    trained_tokens: int = 0  # response tokens in the loss
+    trained_tokens: int = 0  # response tokens trained on (forced interruption tokens included: they go through the
+    # model, with loss weight 0)
 
     def __post_init__(self) -> None:
         if self.clock not in CLOCKS:
