@@ -43,6 +43,17 @@ def test_all_prompts_retired_raises_instead_of_looping():
         curriculum.sample(1)
 
 
+
+def test_the_last_eligible_prompts_are_found_across_epoch_boundaries():
+    # A walk of ineligible prompts can run past the pool's size across two epochs' permutations while one prompt
+    # is still eligible: it must be found, not reported as an empty pool (it was, in most seeds, with 1-3 left).
+    for seed in range(30):
+        curriculum = NoPositiveResamplingCurriculum()
+        curriculum.reset(pool_size=200, seed=seed)
+        left = {seed % 200, (seed * 7 + 3) % 200}
+        curriculum.update([p for p in range(200) if p not in left], [1.0] * (200 - len(left)))
+        assert set(curriculum.sample(50)) == left
+
 @pytest.mark.parametrize("make", [UniformCurriculum, NoPositiveResamplingCurriculum])
 def test_state_round_trips_through_json_and_resumes_the_same_draws(make):
     first = make()

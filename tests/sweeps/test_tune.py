@@ -292,6 +292,18 @@ def test_a_curve_that_has_not_bent_yet_is_never_bounded():
     assert not rule.should_prune(estimate, best, fit_at=150.0, maximize=True)
 
 
+
+def test_a_curve_of_too_few_points_is_never_bounded():
+    # 5 points for the sigmoid's 3 parameters (a GPU spec evaluating every 100 steps): a near-exact fit whose
+    # bootstrap interval says nothing; simulated, its 90% upper bound missed the true value 14 times in 40
+    from sweeps.tune import estimate_objective
+
+    steps, compute, rate = _points(150)  # C_mid 60: the window is past it, no other flag
+    kept = (0, 10, 20, 30, 40, 50)  # step 0 and 5 points in the window
+    few = ([steps[i] for i in kept], [compute[i] for i in kept], [rate[i] for i in kept])
+    estimate = estimate_objective(_objective_spec(), few, level=0.9, n_boot=40, run_sd=0.04)
+    assert (estimate.lower, estimate.upper) == (0.0, 1.0)
+
 def test_run_to_run_noise_widens_the_bootstrap_interval():
     from scipy.stats import norm
 
