@@ -37,6 +37,7 @@ from typing import Any, Optional, TextIO
 
 from omegaconf import OmegaConf
 
+from components.registry import ConfigError
 from recipe.config import run_id as recipe_run_id
 from sweeps.job import TrainingJob
 from sweeps.planner import Job, check_cores
@@ -44,6 +45,7 @@ from sweeps.progress import format_duration
 from sweeps.pruning import PRUNERS, CurveEstimate, Pruner
 from sweeps.runner import Display, machine_description, sweep_job_recipe
 from sweeps.spec import base_source, output_dir
+from sweeps.state import RUNNING as JOB_RUNNING
 from sweeps.state import is_done, is_locked, read_state, stop_run, write_json_atomic, write_state
 from sweeps.trials import (COMPLETE, FAILED, PRUNED, RUNNING, TrialRecord, best_record, compute_summary, curve_points,
                            fit_trial_curve, read_records, write_record)
@@ -252,7 +254,12 @@ class TuneDriver:
 
     def attach(self, number: int, params: dict[str, Any]) -> None:
         """Run (or resume, or reuse) the run directory of trial `number`."""
-        job = self.job_for(number, params)
+        try:
+            job = self.job_for(number, params)
+            check_cores(self.spec, job)
+        except ConfigError as error:  # this combination of values makes no recipe, though each alone did
+            self.refuse(number, params, error)
+            return
         self.record_for(number, params, job)
         if job.run_id in self.active:  # the same parameters as a running trial: wait for its run
             self.active[job.run_id].numbers.append(number)
@@ -264,7 +271,23 @@ class TuneDriver:
             return  # settled at the next poll, with no compute spent
         if is_locked(job.run_dir):
             return  # an earlier driver's job still trains it: watch
+        state = read_state(self.tune_dir, job.run_id)
+        live = self.launcher.live_jobs([state.launcher_id]) if state.status == JOB_RUNNING else {}
+        if state.launcher_id in live:  # queued on SLURM by an earlier driver (no lock yet): watch, not resubmit
+            run.handle = live[state.launcher_id]
+            return
         self.launch(run)
+
+    def refuse(self, number: int, params: dict[str, Any], error: ConfigError) -> None:
+        """A trial whose parameters make no valid recipe (tune --check tries each range end alone, not every
+        combination: min_thinking 10 with max_thinking 8): recorded FAILED with the reason and told to the study,
+        which goes on. Left RUNNING, every rerun re-attached it and stopped on the same error."""
+        record = self.records.get(number) or TrialRecord(number, dict(params), "")
+        record.state, record.error = FAILED, " ".join(str(error).split())
+        self.records[number] = record
+        print(f"trial {number}: {params_label(params)} makes no valid recipe: {record.error}; told FAIL, the study "
+              "goes on", file=self.stream)
+        self.tell(record)
 
     def launch(self, run: ActiveRun) -> None:
         check_cores(self.spec, run.job)
@@ -389,10 +412,14 @@ class TuneDriver:
 
     def cancel(self, run: ActiveRun) -> None:
         """Stop a pruned trial's job now (nothing of it is needed any more)."""
-        if run.handle is not None and self.spec.executor.name == "slurm":
-            run.handle.cancel(check=False)  # scancel
-        else:
+        if self.spec.executor.name != "slurm":
             stop_run(run.job.run_dir, grace_seconds=0.0)
+        elif run.handle is not None:
+            run.handle.cancel(check=False)  # scancel
+        else:  # an earlier driver's job, running on a node: its lock's pid is not this host's to signal
+            from sweeps.slurm import cancel_slurm_jobs
+
+            cancel_slurm_jobs([read_state(self.tune_dir, run.job.run_id).launcher_id or ""])
 
     # --- the loop -------------------------------------------------------------------------------
     def started_trials(self) -> int:

@@ -327,3 +327,21 @@ def test_the_pruner_takes_a_run_sd():
     assert PRUNERS.build({"name": "sigmoid_bound", "run_sd": 0.0}).run_sd == 0.0
     with pytest.raises(ConfigError, match=r"run_sd: got -0.1, expected in \[0, 1\)"):
         PRUNERS.build({"name": "sigmoid_bound", "run_sd": -0.1})
+
+
+def test_a_trial_whose_values_make_no_recipe_is_told_failed_and_the_study_goes_on(tmp_path, tiny_model_dir, capsys):
+    # Each range end is a valid recipe alone with the base's window 6-8 (tune --check), a combination may not be:
+    # min_thinking 8 with max_thinking 6. Left RUNNING in the study, it stopped every rerun on the same error.
+    space = {"length_control.min_thinking": {"type": "int", "low": 2, "high": 8},
+             "length_control.max_thinking": {"type": "int", "low": 6, "high": 12}}
+    spec = write_spec(tmp_path, tiny_model_dir, space=space, trials=2,
+                      start_with=[{"length_control.min_thinking": 8, "length_control.max_thinking": 6},
+                                  {"length_control.min_thinking": 4, "length_control.max_thinking": 8}])
+    assert main(["tune", str(spec)]) == 0
+    out = tmp_path / "out"
+    assert "trial 0: length_control.max_thinking=6, length_control.min_thinking=8 makes no valid recipe" \
+        in capsys.readouterr().out
+    assert [trial.state.name for trial in load_study(out).get_trials()] == ["FAIL", "COMPLETE"]
+    record = json.loads((out / "trials" / "0.json").read_text())
+    assert record["state"] == "failed" and "max_thinking" in record["error"]
+    assert main(["tune", str(spec)]) == 0  # a rerun settles nothing again and stops on nothing
