@@ -80,7 +80,14 @@ class Scan:
 
 
 def value_label(value: Any) -> str:
-    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+    """A value as a variant name: 'true', '0.0001', '16'; a float in 6 significant digits unless it needs more
+    (1.0000001e-04 and 1.0000002e-04 both read 0.0001 there, and the report merged their jobs into one variant)."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
 
 
 def _plain_values(key: str, values: Any) -> tuple:

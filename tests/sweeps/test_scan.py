@@ -170,3 +170,11 @@ def test_sweep_plan_power_plans_seeds_from_a_pilots_noise(tmp_path, capsys):
     assert main(["plan", str(spec), "--power"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and "holds no finished sweep to measure noise from" in err
+
+
+def test_values_that_differ_past_six_digits_keep_distinct_variant_names():
+    from sweeps.scan import value_label
+
+    assert [value_label(v) for v in (5e-05, 0.0001, 1.0, 16, True)] == ["5e-05", "0.0001", "1", "16", "true"]
+    assert value_label(1.0000001e-4) != value_label(1.0000002e-4)
+    assert float(value_label(1.0000001e-4)) == 1.0000001e-4
