@@ -50,9 +50,10 @@ class Curriculum:
                 visited_without_pick += 1
                 # A run of ineligible visits longer than the pool can span an epoch's tail and the next one's head
                 # while a prompt is still eligible: only a pool with none left is the error.
-                if visited_without_pick > self.pool_size and any(map(self.eligible, range(self.pool_size))):
-                    visited_without_pick = 0
-                elif visited_without_pick > self.pool_size:
+                if visited_without_pick > self.pool_size:
+                    if any(map(self.eligible, range(self.pool_size))):
+                        visited_without_pick = 0
+                        continue
                     # An input error: a run that trains this long on this pool retires every prompt whichever
                     # it retires first (with PipelineRL's real timing not at the same step), so a rerun fails the
                     # same way (a sweep does not retry it; sweeps.job.INPUT_ERROR).

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from components.registry import ConfigError
@@ -24,19 +25,28 @@ MLFLOW_RUN_NAME = "mlflow_run_id"
 PHASE_NAME = "phase.json"
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file so that a reader never sees half of it (write a hidden sibling, then rename over).
-
-    The sibling is flushed to disk before the rename: without it a machine or file server that crashes
-    right after can leave the new name on an empty file (a done.json that reads as done, with nothing in it).
-    """
+@contextmanager
+def atomic_destination(path: Path):
+    """The hidden sibling to write `path`'s new content into: once the block ends it is flushed to disk and
+    renamed over `path`, so a reader never sees half a file (and a machine or file server that crashes right
+    after never leaves the name on an empty one: a done.json that reads as done with nothing in it); if the
+    block raises, the sibling is removed and `path` is left as it was."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    try:
+        yield temporary
+        with open(temporary, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file so that a reader never sees half of it (atomic_destination)."""
+    with atomic_destination(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")
 
 
 def write_json_atomic(path: Path, data) -> None:

@@ -12,7 +12,6 @@ notes (only when something was skipped).
 
 from __future__ import annotations
 
-import os
 import textwrap
 from pathlib import Path
 
@@ -344,13 +343,13 @@ def write_report(fits, output_pdf: str | Path, figures_dir: str | Path | None = 
     pages = report_pages(fits, power_law=power_law)
     pngs = []
     metadata = {"Title": f"LOO ablation report: {fits.data.name}", "Creator": "scalerl-sweep reports"}
-    # Written beside, then renamed over: a kill mid-write leaves the old report whole, never half a PDF.
-    partial = output_pdf.with_name(f".{output_pdf.name}.{os.getpid()}.tmp")
+    from recipe.tracking import atomic_destination
+
     try:
-        with PdfPages(partial, metadata=metadata) as pdf:
-            for _, page in pages:
-                pdf.savefig(page)
-        os.replace(partial, output_pdf)
+        with atomic_destination(output_pdf) as partial:  # a kill mid-write leaves the old report whole
+            with PdfPages(partial, metadata=metadata) as pdf:
+                for _, page in pages:
+                    pdf.savefig(page)
         if figures_dir is not None:
             Path(figures_dir).mkdir(parents=True, exist_ok=True)
             for name, page in pages:
@@ -358,7 +357,6 @@ def write_report(fits, output_pdf: str | Path, figures_dir: str | Path | None = 
                     pngs.append(Path(figures_dir) / f"{name}.png")
                     page.savefig(pngs[-1])
     finally:
-        partial.unlink(missing_ok=True)
         for _, page in pages:
             plt.close(page)
     return pngs
