@@ -4,8 +4,11 @@ Jobs write metrics.jsonl (the source of truth) and never touch the tracking stor
 SQLite locks up under many writers, and compute nodes often cannot reach a tracking server. The
 driver mirrors each job's new metric lines into its child run every time it polls, remembering how
 many lines of each run it mirrored in <sweep_dir>/mlflow.json, so a killed driver resumes mirroring
-without duplicates. A resumed job truncates metrics.jsonl to its checkpoint and recomputes the lines
-after it (identically on CPU), so lines already mirrored are never logged twice.
+without duplicates. A driver killed between logging a batch and saving that count would log the batch
+again, so each batch also carries the marker metric sweep/lines_mirrored (the count after it, in the
+same atomic log_batch) and a new driver takes the larger of the file's count and the marker's. A
+resumed job truncates metrics.jsonl to its checkpoint and recomputes the lines after it (identically
+on CPU), so lines already mirrored are never logged twice.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from sweeps.state import write_json_atomic
 MLFLOW_FILE = "mlflow.json"
 # MLflow rejects longer parameter values; a longer one is cut and marked.
 PARAM_VALUE_LIMIT = 6000
+# MLflow takes at most 1000 metrics in one log_batch.
+BATCH_METRIC_LIMIT = 1000
+# Logged with each batch of mirrored lines: how many lines of the job's metrics.jsonl the run holds after it.
+LINES_MIRRORED_KEY = "sweep/lines_mirrored"
 
 
 def tracking_uri(spec: SweepSpec, sweep_dir: Path) -> str:
@@ -90,7 +97,16 @@ class SweepTracker:
                      "parent_run_id": parent.info.run_id, "child_runs": {}, "mirrored_lines": {}}
         state.setdefault("mirrored_lines", {})
         self.state = state
+        self.recount_mirrored_lines()
         self.add_jobs(jobs)
+
+    def recount_mirrored_lines(self) -> None:
+        """Take each run's line count from its marker metric where that is ahead of mlflow.json: an earlier driver
+        died after logging a batch but before saving its count (one get_run per job, at start only)."""
+        for run_id, child in self.state["child_runs"].items():
+            logged = self.client.get_run(child).data.metrics.get(LINES_MIRRORED_KEY)
+            if logged is not None and int(logged) > self.state["mirrored_lines"].get(run_id, 0):
+                self.state["mirrored_lines"][run_id] = int(logged)
 
     def add_jobs(self, jobs: list[Job], run_names: dict[str, str] | None = None) -> None:
         """A child run per job not tracked yet, holding its flattened recipe as params."""
@@ -129,30 +145,39 @@ class SweepTracker:
         return self.state["experiment_id"]
 
     def mirror(self, job: Job) -> int:
-        """Log the job's complete metric lines not mirrored yet; returns how many were new."""
+        """Log the job's complete metric lines not mirrored yet; returns how many were new.
+
+        Lines go in batches of whole lines, each ending with the marker LINES_MIRRORED_KEY, so a batch and
+        its count land together or not at all (one SQL transaction per log_batch)."""
         from mlflow.entities import Metric
 
         path = job.run_dir / "metrics.jsonl"
         if not path.exists():
             return 0
         done = self.state["mirrored_lines"].get(job.run_id, 0)
-        metrics, count = [], 0
+        run_id = self.state["child_runs"][job.run_id]
+        batch: list = []
+        count = 0
         with open(path) as handle:
             for index, line in enumerate(handle):
                 if not line.endswith("\n"):
                     break  # a line still being written
                 if index < done:
                     continue
-                count += 1
                 record = json.loads(line)
                 step = int(record.get("step", 0))
                 stamp = int(record.get("time", time.time()) * 1000)
-                metrics.extend(Metric(key, float(value), stamp, step) for key, value in record.items()
-                               if key not in ("step", "time") and isinstance(value, (int, float))
-                               and not isinstance(value, bool) and math.isfinite(value))
-        run_id = self.state["child_runs"][job.run_id]
-        for start in range(0, len(metrics), 1000):
-            self.client.log_batch(run_id, metrics=metrics[start:start + 1000])
+                metrics = [Metric(key, float(value), stamp, step) for key, value in record.items()
+                           if key not in ("step", "time") and isinstance(value, (int, float))
+                           and not isinstance(value, bool) and math.isfinite(value)]
+                metrics.append(Metric(LINES_MIRRORED_KEY, float(index + 1), stamp, step))
+                if batch and len(batch) + len(metrics) > BATCH_METRIC_LIMIT:
+                    self.client.log_batch(run_id, metrics=batch)
+                    batch = []
+                batch.extend(metrics)
+                count += 1
+        for start in range(0, len(batch), BATCH_METRIC_LIMIT):  # one chunk unless a line alone exceeds the limit
+            self.client.log_batch(run_id, metrics=batch[start:start + BATCH_METRIC_LIMIT])
         if count:
             self.state["mirrored_lines"][job.run_id] = done + count
             self.save()
