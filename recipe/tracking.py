@@ -141,9 +141,13 @@ class MlflowRun:
         else:
             experiment_id = experiment.experiment_id
         id_file = run_dir / MLFLOW_RUN_NAME
+        # Steps the run already holds: a resumed run recomputes the records after its checkpoint, which the
+        # killed process may have logged already; those are not logged twice.
+        self.logged_steps: set[int] | None = set()
         if id_file.is_file():
             self.run_id = id_file.read_text().strip()
             self.client.update_run(self.run_id, status="RUNNING")
+            self.logged_steps = None  # read from the store at the first record (its keys name a history)
         else:
             run = self.client.create_run(experiment_id, run_name=run_name, tags={"run_dir": str(run_dir.resolve())})
             self.run_id = run.info.run_id
@@ -160,7 +164,14 @@ class MlflowRun:
         step = int(record["step"])
         metrics = [Metric(k, float(v), now, step) for k, v in record.items()
                    if k != "step" and isinstance(v, (int, float))]
+        if not metrics:
+            return
+        if self.logged_steps is None:
+            self.logged_steps = {m.step for m in self.client.get_metric_history(self.run_id, metrics[0].key)}
+        if step in self.logged_steps:
+            return
         self.client.log_batch(self.run_id, metrics=metrics)
+        self.logged_steps.add(step)
 
     def finish(self, status: str = "FINISHED") -> None:
         self.client.set_terminated(self.run_id, status=status)

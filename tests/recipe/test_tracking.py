@@ -42,3 +42,21 @@ def test_mlflow_gets_every_record_with_compute_and_resume_reuses_the_run(tmp_pat
     assert [(m.step, round(m.value, 6)) for m in history] == [(0, 0.1), (10, 0.2), (20, 0.5)]
     assert [m.step for m in client.get_metric_history(run.info.run_id, "compute/device_hours")] == [0, 10, 20]
     assert [r["step"] for r in read_metrics(run_dir)] == [0, 10, 20]
+
+
+def test_a_resumed_run_does_not_log_again_the_records_its_killed_process_logged(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = TrackingConfig(mlflow=True, mlflow_uri=uri, experiment="test")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    tracker = Tracker(run_dir, cfg, {}, "run-a", resume_step=None)
+    for step in (0, 10, 20):  # killed after step 20's record; its checkpoint is at step 10
+        tracker.log({"step": step, "eval/pass_rate": step / 100})
+    resumed = Tracker(run_dir, cfg, {}, "run-a", resume_step=10)
+    for step in (20, 30):  # recomputed from the checkpoint
+        resumed.log({"step": step, "eval/pass_rate": step / 100})
+    history = MlflowClient(uri).get_metric_history(tracker.mlflow.run_id, "eval/pass_rate")
+    assert sorted(m.step for m in history) == [0, 10, 20, 30]
+    assert [r["step"] for r in read_metrics(run_dir)] == [0, 10, 20, 30]
