@@ -25,7 +25,8 @@ def sweep(tmp_path):
 def append_lines(job, steps):
     with open(job.run_dir / "metrics.jsonl", "a") as handle:
         for step in steps:
-            handle.write(json.dumps({"step": step, "eval/pass_rate": step / 100, "compute/samples": 16.0 * step}) + "\n")
+            record = {"step": step, "eval/pass_rate": step / 100, "compute/samples": 16.0 * step}
+            handle.write(json.dumps(record) + "\n")
 
 
 def history(tracker, job, key="eval/pass_rate"):
