@@ -131,7 +131,8 @@ def storage_url(spec: TuneSpec, tune_dir: Path) -> str:
 
 
 def open_study(spec: TuneSpec, storage: str):
-    """Create the study in its storage, or load it when this command ran before (then nothing is enqueued)."""
+    """Create the study in its storage, or load it when this command ran before; start_with trials not in it yet
+    are enqueued (skip_if_exists: one a driver enqueued, ran or is running is not asked again)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -145,13 +146,13 @@ def open_study(spec: TuneSpec, storage: str):
 
     try:
         existing = optuna.load_study(study_name=spec.name, storage=storage)
-        return optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler(len(existing.trials)))
+        study = optuna.load_study(study_name=spec.name, storage=storage, sampler=sampler(len(existing.trials)))
     except KeyError:  # no such study yet
-        pass
-    study = optuna.create_study(study_name=spec.name, storage=storage, sampler=sampler(0),
-                                direction=spec.objective.direction)
+        study = optuna.create_study(study_name=spec.name, storage=storage, sampler=sampler(0),
+                                    direction=spec.objective.direction)
+    # On a loaded study too: a driver killed between creating the study and enqueuing left some out.
     for params in spec.start_with:
-        study.enqueue_trial(dict(params))
+        study.enqueue_trial(dict(params), skip_if_exists=True)
     return study
 
 

