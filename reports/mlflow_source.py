@@ -127,6 +127,18 @@ def _records(client, run, keys: list[str]) -> list[dict]:
     return [by_step[step] for step in sorted(by_step)]
 
 
+def _one_run_per_job(children: list, notes: list[str]) -> list:
+    """The newest child run of each job: a driver killed after creating a job's run and before recording it in
+    mlflow.json leaves an older run of that job, which the next driver does not use."""
+    newest: dict[str, object] = {}
+    for run in sorted(children, key=lambda r: r.info.start_time or 0):
+        newest[run.data.tags[schema.TAG_RUN_ID]] = run
+    if len(newest) < len(children):
+        notes.append(f"{len(children) - len(newest)} older job run(s) left by a killed driver were not read "
+                     "(the newest run of each job was)")
+    return list(newest.values())
+
+
 def load_sweep_from_mlflow(tracking_uri: str, experiment: str, *, parent_run_id: str | None = None) -> SweepData:
     """Read the sweep logged in `experiment` (name or id) of the store at `tracking_uri` into SweepData."""
     client = _client(tracking_uri)
@@ -141,6 +153,7 @@ def load_sweep_from_mlflow(tracking_uri: str, experiment: str, *, parent_run_id:
                 and schema.TAG_RUN_ID in r.data.tags]
     if not children:
         raise SweepDataError(f"parent run {parent.info.run_id} has no job runs (tag {schema.TAG_RUN_ID})")
+    children = _one_run_per_job(children, notes)
     tags = {schema.PLAN_RUN_ID: schema.TAG_RUN_ID, schema.PLAN_AXIS: schema.TAG_AXIS,
             schema.PLAN_CHOICE: schema.TAG_CHOICE, schema.PLAN_VARIANT: schema.TAG_VARIANT,
             schema.PLAN_SEED: schema.TAG_SEED}

@@ -95,6 +95,8 @@ class SweepTracker:
             self.client.log_batch(parent.info.run_id, params=[Param(key, value) for key, value in budget.items()])
             state = {"tracking_uri": self.uri, "experiment_id": experiment_id,
                      "parent_run_id": parent.info.run_id, "child_runs": {}, "mirrored_lines": {}}
+            self.state = state
+            self.save()  # before any child run: a kill now leaves no parent a rerun cannot find
         state.setdefault("mirrored_lines", {})
         self.state = state
         self.recount_mirrored_lines()
@@ -122,7 +124,7 @@ class SweepTracker:
             for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
                 self.client.log_batch(child.info.run_id, params=params[start:start + 100])
             self.state["child_runs"][job.run_id] = child.info.run_id
-        self.save()
+            self.save()  # run by run: a kill mid-loop must not leave runs a rerun creates again
 
     def log_summary(self, run_id: str | None, metrics: dict[str, float], tags: dict[str, str],
                     params: dict[str, str] | None = None) -> None:

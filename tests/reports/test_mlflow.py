@@ -134,3 +134,22 @@ def test_a_store_that_refuses_the_results_costs_only_the_mlflow_copy(tmp_path):
     outputs = report_sweep(sweep_dir, n_boot=20, echo=said.append)
     assert outputs.mlflow_logged is False and outputs.pdf.is_file() and outputs.csv.is_file()
     assert len(said) == 1 and said[0].startswith("MLflow: fit results not logged (MlflowException")
+
+
+def test_an_older_run_of_a_job_left_by_a_killed_driver_is_not_read(logged, tmp_path):
+    # A driver killed after creating a job's child run, before recording it in mlflow.json: the next driver
+    # creates the job's run again, and the store holds an older, empty run with the same job tags.
+    from mlflow.tracking import MlflowClient
+
+    copy = tmp_path / "sweep"
+    shutil.copytree(logged["dir"], copy)
+    uri = f"sqlite:///{copy / schema.DEFAULT_STORE}"
+    client = MlflowClient(uri)
+    info = logged["info"]
+    job_run = client.get_run(next(iter(info["child_runs"].values())))
+    client.create_run(info["experiment_id"], start_time=job_run.info.start_time - 60_000,
+                      tags={key: value for key, value in job_run.data.tags.items() if key.startswith(("scalerl.",
+                                                                                                      "mlflow.parent"))})
+    data = load_sweep_from_mlflow(uri, "synthetic-loo")
+    pd.testing.assert_frame_equal(data.evals, logged["from_params"].evals)
+    assert any("1 older job run(s) left by a killed driver" in note for note in data.notes)
