@@ -43,6 +43,21 @@ def atomic_destination(path: Path):
         temporary.unlink(missing_ok=True)
 
 
+def sync_tree(folder: Path) -> None:
+    """Flush every file under `folder`, and the folders, to disk: before a built directory (a warm start, a
+    converted model) is renamed into place, so a machine that crashes after the rename never leaves the
+    name on files the crash truncated."""
+    for root, _, files in os.walk(folder):
+        for name in files:
+            with open(Path(root) / name, "rb") as handle:
+                os.fsync(handle.fileno())
+        descriptor = os.open(root, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a file so that a reader never sees half of it (atomic_destination)."""
     with atomic_destination(path) as temporary:
@@ -108,9 +123,7 @@ class MetricsFile:
         """resume_step None: a fresh run (file emptied); else keep records with step <= resume_step."""
         self.path = Path(run_dir) / METRICS_NAME
         kept = [] if resume_step is None else [r for r in read_metrics(run_dir) if r["step"] <= resume_step]
-        temporary = self.path.with_suffix(".tmp")
-        temporary.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        os.replace(temporary, self.path)
+        write_text_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         self.records = kept
 
     def append(self, record: dict) -> None:
@@ -144,18 +157,22 @@ class MlflowRun:
         # Steps the run already holds: a resumed run recomputes the records after its checkpoint, which the
         # killed process may have logged already; those are not logged twice.
         self.logged_steps: set[int] | None = set()
-        if id_file.is_file():
-            self.run_id = id_file.read_text().strip()
+        recorded = id_file.read_text().strip() if id_file.is_file() else ""
+        if recorded:
+            self.run_id = recorded
             self.client.update_run(self.run_id, status="RUNNING")
             self.logged_steps = None  # read from the store at the first record (its keys name a history)
         else:
-            run = self.client.create_run(experiment_id, run_name=run_name, tags={"run_dir": str(run_dir.resolve())})
-            self.run_id = run.info.run_id
-            id_file.write_text(self.run_id + "\n")
             from mlflow.entities import Param
 
+            run = self.client.create_run(experiment_id, run_name=run_name, tags={"run_dir": str(run_dir.resolve())})
+            self.run_id = run.info.run_id
             params = [Param(k, str(v)[:6000]) for k, v in flatten_config(params).items()]
-            self.client.log_batch(self.run_id, params=params)
+            for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
+                self.client.log_batch(self.run_id, params=params[start:start + 100])
+            # Recorded once its params are in: a kill before leaves a run this directory never names (not one
+            # without params that a resume would reuse).
+            write_text_atomic(id_file, self.run_id + "\n")
 
     def log(self, record: dict) -> None:
         from mlflow.entities import Metric
