@@ -102,6 +102,8 @@ def pretrained_dir(name: str, cache: Path) -> Path:
     others wait for it: the directory appears whole, by rename, or not at all)."""
     import fcntl
 
+    from recipe.tracking import sync_tree
+
     gguf = source_file(name)
     target = cache / "pretrained" / f"{name}-{file_digest(gguf)[:12]}"
     if (target / "config.json").is_file():
@@ -113,6 +115,7 @@ def pretrained_dir(name: str, cache: Path) -> Path:
             scratch = target.parent / f".{target.name}.{os.getpid()}.{time.time_ns()}"
             try:
                 convert(gguf, scratch)
+                sync_tree(scratch)
                 os.replace(scratch, target)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)

@@ -36,7 +36,7 @@ from components.length_control import INTERRUPTION_PHRASE
 from recipe.config import ID_UNCHANGED_AT
 from recipe.run_config import ModelConfig, TaskConfig, WarmStartConfig
 from recipe.tasks import THINK_CLOSE, sample_operands, addition_prompt, solution
-from recipe.tracking import write_json_atomic
+from recipe.tracking import sync_tree, write_json_atomic
 
 # Bump when the warm-start procedure changes, so stale caches are not reused.
 WARM_START_VERSION = 1
@@ -200,6 +200,7 @@ def warm_start_dir(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: 
             report(0, warm_cfg.steps)
             build_warm_start(model_cfg, warm_cfg, task_cfg, staging, log_every=log_every, on_progress=report)
             shutil.rmtree(path, ignore_errors=True)
+            sync_tree(staging)
             os.replace(staging, path)
             progress_file.unlink(missing_ok=True)
     return path
