@@ -21,11 +21,14 @@ from typing import Any, Optional
 from components.registry import ConfigError
 from recipe.config import RecipeConfig
 from sweeps.progress import compute_key
-from sweeps.state import DONE_FILE, RunLock, is_done, mark_done
+from sweeps.state import DONE_FILE, LOCK_WAIT_SECONDS, RunLock, is_done, mark_done
 
 
 # The key of a job's result when it stopped on an input error: deterministic, so the driver does not retry it.
 INPUT_ERROR = "input_error"
+# The key of a job's result when another process held its run (a second launch of the same job): the driver
+# watches that process instead of counting a failure.
+TRAINED_ELSEWHERE = "trained_elsewhere"
 
 
 class TargetReached(Exception):
@@ -57,7 +60,12 @@ class TrainingJob:
         machines = slurm_machines()
         if machines is not None and machines.count > 1 and machines.rank != "0":
             return follow_main_node(self.recipe, run_dir, machines)
-        with RunLock(run_dir):
+        lock = RunLock(run_dir)
+        if not lock.wait(LOCK_WAIT_SECONDS):
+            # Another process trains this run: a driver killed between submitting the job and recording its id
+            # submits it again, and on SLURM both copies may start. This one leaves the run to the other.
+            return {TRAINED_ELSEWHERE: f"{run_dir} is being trained by another process (pid {lock.holder()})"}
+        with lock:
             if is_done(run_dir, self.unit, self.target):
                 return json_summary(run_dir)
             # Finished at a lower target (the spec's budget.target was raised since): train on from the last

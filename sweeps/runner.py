@@ -26,7 +26,7 @@ from typing import Any, TextIO
 from omegaconf import OmegaConf
 
 from components.registry import ConfigError
-from sweeps.job import TrainingJob
+from sweeps.job import TRAINED_ELSEWHERE, TrainingJob
 from sweeps.planner import Job, check_jobs_can_run, check_size, plan_sweep
 from sweeps.progress import collect_progress, format_progress
 from sweeps.spec import SweepSpec, base_source, check_output_dir, output_dir
@@ -84,15 +84,20 @@ def scan_record(jobs: list[Job]) -> dict | None:
 INPUT_ERROR_PREFIX = "input error: "
 
 
-def job_input_error(handle: Any) -> str | None:
-    """The input error a job returned (sweeps.job.INPUT_ERROR), or None."""
-    from sweeps.job import INPUT_ERROR
-
+def job_result_field(handle: Any, key: str) -> str | None:
+    """A field of the dict a finished job returned (sweeps.job.INPUT_ERROR, TRAINED_ELSEWHERE), or None."""
     try:
         result = handle.result()
     except Exception:
         return None
-    return result.get(INPUT_ERROR) if isinstance(result, dict) else None
+    return result.get(key) if isinstance(result, dict) else None
+
+
+def job_input_error(handle: Any) -> str | None:
+    """The input error a job returned (sweeps.job.INPUT_ERROR), or None."""
+    from sweeps.job import INPUT_ERROR
+
+    return job_result_field(handle, INPUT_ERROR)
 
 
 def check_run_configs(jobs: list[Job]) -> None:
@@ -264,6 +269,9 @@ def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool =
                 state = read_state(sweep_dir, run_id)
                 error = job_error(handle)
                 input_error = job_input_error(handle) if error is None else None
+                if error is None and job_result_field(handle, TRAINED_ELSEWHERE) is not None:
+                    watched.append(job)  # a second launch found the run trained by the first: watch that one
+                    continue
                 if input_error is not None:  # the same inputs fail the same way: not retried
                     state.status, state.last_error = FAILED, f"{INPUT_ERROR_PREFIX}{input_error}"
                     state.failures = max(state.failures + 1, max_attempts)

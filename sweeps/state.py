@@ -133,11 +133,17 @@ class RunLock:
             time.sleep(0.5)
         return True
 
+    def holder(self) -> str:
+        """The pid written into the lock by the process holding it ("?" when unreadable)."""
+        try:
+            return self.path.read_text().strip() or "?"
+        except OSError:
+            return "?"
+
     def __enter__(self) -> "RunLock":
-        if not self.wait(LOCK_WAIT_SECONDS):
-            holder = self.path.read_text().strip() if self.path.exists() else "?"
+        if self.handle is None and not self.wait(LOCK_WAIT_SECONDS):  # already taken by wait(): keep it
             raise RuntimeError(f"{self.path.parent} is being trained by another process "
-                               f"(pid {holder}, lock {self.path})")
+                               f"(pid {self.holder()}, lock {self.path})")
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -39,11 +39,11 @@ from omegaconf import OmegaConf
 
 from components.registry import ConfigError
 from recipe.config import run_id as recipe_run_id
-from sweeps.job import TrainingJob
+from sweeps.job import TRAINED_ELSEWHERE, TrainingJob
 from sweeps.planner import Job, check_cores
 from sweeps.progress import format_duration
 from sweeps.pruning import PRUNERS, CurveEstimate, Pruner
-from sweeps.runner import Display, machine_description, sweep_job_recipe
+from sweeps.runner import Display, job_result_field, machine_description, sweep_job_recipe
 from sweeps.spec import base_source, output_dir
 from sweeps.state import RUNNING as JOB_RUNNING
 from sweeps.state import is_done, is_locked, read_state, stop_run, write_json_atomic, write_state
@@ -348,6 +348,9 @@ class TuneDriver:
                 outcome = {"state": COMPLETE, "value": estimate.value, "lower": estimate.lower, "upper": estimate.upper}
             except FitInputError as error:
                 outcome = {"state": FAILED, "error": f"curve not fitted: {error}"}
+        elif run.handle is not None and job_result_field(run.handle, TRAINED_ELSEWHERE) is not None:
+            run.handle = None  # a second launch found the run trained by the first: watch that one's lock
+            return
         else:
             error = job_error(run.handle) if run.handle is not None else None
             error = error or "job ended before reaching budget.fit_at"
@@ -369,7 +372,9 @@ class TuneDriver:
                 setattr(record, key, value)
             if number != run.numbers[0]:
                 record.note = f"same parameters as trial {run.numbers[0]}: shares its run"
-            self.tell(record)
+        # MLflow before the study: a driver killed in between leaves the trials RUNNING in the study and on
+        # disk, and the next driver settles them again (told only once). The other order left the job's run
+        # open and without its summary, as the next driver only tells a trial settled on disk.
         status = {COMPLETE: "FINISHED", PRUNED: "KILLED", FAILED: "FAILED"}[outcome["state"]]
         record = self.records[run.numbers[0]]
         self.tracker.log_summary(job.run_id, {
@@ -378,6 +383,8 @@ class TuneDriver:
             "tune/pruned_at_compute": (record.pruned or {}).get("compute")},
             {"scalerl.tune.state": record.state, "scalerl.tune.trials": ",".join(map(str, run.numbers))})
         self.tracker.finish(job, status)
+        for number in run.numbers:
+            self.tell(self.records[number])
 
     # --- pruning --------------------------------------------------------------------------------
     def consider_pruning(self, run: ActiveRun) -> None:

@@ -72,6 +72,61 @@ def test_run_then_rerun_skips_finished_jobs(tmp_path, capsys):
 
 
 
+def test_a_second_launch_of_a_job_whose_run_another_process_trains_watches_it_and_counts_no_failure(
+        tmp_path, capsys, monkeypatch):
+    # A driver killed between submitting a job and recording its id submits it again on the next run; on SLURM
+    # both copies may start. The copy that finds the run locked returns at once and the driver watches the other.
+    import sweeps.job
+    import sweeps.runner
+    from sweeps.planner import plan_sweep
+    from sweeps.spec import load_spec
+    from sweeps.state import LOCK_FILE, read_state
+
+    spec = write_spec(tmp_path)
+    out = tmp_path / "out"
+    job = plan_sweep(load_spec(spec))[0]
+    holders = []
+
+    def hold_the_lock():  # "the first copy", training the run from before the driver looks
+        job.run_dir.mkdir(parents=True, exist_ok=True)
+        holder = subprocess.Popen([sys.executable, "-c", (  # holds the lock until its stdin closes (or 60 s)
+            "import fcntl, select, sys; handle = open(sys.argv[1], 'a+'); fcntl.flock(handle, fcntl.LOCK_EX); "
+            "print('held', flush=True); select.select([sys.stdin], [], [], 60)"), str(job.run_dir / LOCK_FILE)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline().strip() == "held"
+        holders.append(holder)
+
+    real_result_field = sweeps.runner.job_result_field
+
+    def first_copy_finishes_once_the_second_has_stood_down(handle, key):
+        value = real_result_field(handle, key)
+        if value is not None and key == sweeps.job.TRAINED_ELSEWHERE:
+            holders[0].stdin.close()
+        return value
+
+    monkeypatch.setattr(sweeps.runner, "job_result_field", first_copy_finishes_once_the_second_has_stood_down)
+
+    real_write_sweep_files = sweeps.runner.write_sweep_files
+    monkeypatch.setattr(sweeps.runner, "write_sweep_files",
+                        lambda *args: (real_write_sweep_files(*args), hold_the_lock())[0])
+    real_is_locked, looks = sweeps.runner.is_locked, {"count": 0}
+
+    def driver_misses_the_first_copy(run_dir):  # as a driver that lost the first copy's job id does
+        looks["count"] += 1
+        return False if run_dir == job.run_dir and looks["count"] <= 3 else real_is_locked(run_dir)
+
+    monkeypatch.setattr(sweeps.runner, "is_locked", driver_misses_the_first_copy)
+    monkeypatch.setattr(sweeps.job, "LOCK_WAIT_SECONDS", 0.5)
+    try:
+        assert main(["run", str(spec)]) == 0  # the debug executor runs the second copy in this process
+    finally:
+        holders[0].kill()
+    assert "being trained by another process" not in capsys.readouterr().out
+    assert_complete_curves(out, 2)
+    state = read_state(out, job.run_id)
+    assert state.failures == 0 and state.status == "done"
+
+
 def test_a_raised_target_trains_finished_runs_on_from_their_checkpoints(tmp_path, capsys):
     # A run id hashes the recipe, not the budget: done at target 48 is not done at 96.
     spec = write_spec(tmp_path, target=48)

@@ -345,3 +345,19 @@ def test_a_trial_whose_values_make_no_recipe_is_told_failed_and_the_study_goes_o
     record = json.loads((out / "trials" / "0.json").read_text())
     assert record["state"] == "failed" and "max_thinking" in record["error"]
     assert main(["tune", str(spec)]) == 0  # a rerun settles nothing again and stops on nothing
+
+
+def test_start_with_trials_a_killed_driver_did_not_enqueue_are_enqueued_once_on_the_next_run(tmp_path, tiny_model_dir):
+    from sweeps.tune import open_study
+    from sweeps.tune_spec import load_tune_spec
+
+    start_with = [{"optimizer.lr": 1e-3, "rollout.samples_per_prompt": 4},
+                  {"optimizer.lr": 2e-3, "rollout.samples_per_prompt": 2}]
+    spec = load_tune_spec(write_spec(tmp_path, tiny_model_dir, start_with=start_with))
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    killed = optuna.create_study(study_name=spec.name, storage=storage, direction=spec.objective.direction)
+    killed.enqueue_trial(start_with[0])  # the driver died before enqueuing the second
+    for _ in range(2):  # the next run, then one more: each start_with point is in the study once
+        study = open_study(spec, storage)
+    waiting = [t.system_attrs["fixed_params"]["optimizer.lr"] for t in study.trials]  # enqueued, not asked yet
+    assert sorted(waiting) == [1e-3, 2e-3]
