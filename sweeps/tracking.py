@@ -174,16 +174,20 @@ class SweepTracker:
                            and not isinstance(value, bool) and math.isfinite(value)]
                 metrics.append(Metric(LINES_MIRRORED_KEY, float(index + 1), stamp, step))
                 if batch and len(batch) + len(metrics) > BATCH_METRIC_LIMIT:
-                    self.client.log_batch(run_id, metrics=batch)
+                    self.log_metrics(run_id, batch)
                     batch = []
                 batch.extend(metrics)
                 count += 1
-        for start in range(0, len(batch), BATCH_METRIC_LIMIT):  # one chunk unless a line alone exceeds the limit
-            self.client.log_batch(run_id, metrics=batch[start:start + BATCH_METRIC_LIMIT])
+        self.log_metrics(run_id, batch)
         if count:
             self.state["mirrored_lines"][job.run_id] = done + count
             self.save()
         return count
+
+    def log_metrics(self, run_id: str, metrics: list) -> None:
+        """One log_batch, or several of BATCH_METRIC_LIMIT when a single line carries more metrics than that."""
+        for start in range(0, len(metrics), BATCH_METRIC_LIMIT):
+            self.client.log_batch(run_id, metrics=metrics[start:start + BATCH_METRIC_LIMIT])
 
     def finish(self, job: Job, status: str) -> None:
         """Close the job's child run: FINISHED or FAILED."""

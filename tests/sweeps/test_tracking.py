@@ -70,3 +70,14 @@ def test_a_torn_last_line_waits_for_its_end(sweep):
         handle.write('_rate": 0.5}\n')
     assert tracker.mirror(job) == 1
     assert history(tracker, job) == [0, 2]
+
+
+def test_lines_of_many_metrics_go_in_batches_mlflow_accepts(sweep):
+    spec, sweep_dir, jobs = sweep
+    job = jobs[0]
+    tracker = SweepTracker(spec, sweep_dir, jobs)
+    with open(job.run_dir / "metrics.jsonl", "a") as handle:
+        for step, keys in ((0, 600), (2, 1500), (4, 700)):  # the second alone exceeds MLflow's 1000 a batch
+            handle.write(json.dumps({"step": step, **{f"m/{i}": float(i) for i in range(keys)}}) + "\n")
+    assert tracker.mirror(job) == 3
+    assert history(tracker, job, "m/1499") == [2] and history(tracker, job, "m/0") == [0, 2, 4]
