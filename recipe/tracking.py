@@ -5,7 +5,8 @@ resume the file is rewritten to the records at or before the checkpoint's step (
 records past the checkpoint, or half a line): the resumed run recomputes them, so the file never
 has a duplicate or a missing evaluation step. MLflow gets the same records as metrics at their step,
 compute included, so its UI can chart eval/pass_rate against compute/device_hours; a resumed run
-logs into the same MLflow run (history may then repeat the recomputed steps; the file does not).
+logs into the same MLflow run and skips the steps it already holds (recomputed identically on CPU; off
+CPU the run keeps the first values of those steps and the file the recomputed ones).
 """
 
 from __future__ import annotations

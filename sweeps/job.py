@@ -61,10 +61,13 @@ class TrainingJob:
         if machines is not None and machines.count > 1 and machines.rank != "0":
             return follow_main_node(self.recipe, run_dir, machines)
         lock = RunLock(run_dir)
-        if not lock.wait(LOCK_WAIT_SECONDS):
-            # Another process trains this run: a driver killed between submitting the job and recording its id
-            # submits it again, and on SLURM both copies may start. This one leaves the run to the other.
-            return {TRAINED_ELSEWHERE: f"{run_dir} is being trained by another process (pid {lock.holder()})"}
+        if machines is None or machines.count == 1:
+            if not lock.wait(LOCK_WAIT_SECONDS):
+                # Another process trains this run: a driver killed between submitting the job and recording its id
+                # submits it again, and on SLURM both copies may start. This one leaves the run to the other. (On
+                # several nodes node 0 raises instead, in `with lock`: srun then ends the step on every node,
+                # whose followers would otherwise wait for a node 0 that never launches.)
+                return {TRAINED_ELSEWHERE: f"{run_dir} is being trained by another process (pid {lock.holder()})"}
         with lock:
             if is_done(run_dir, self.unit, self.target):
                 return json_summary(run_dir)

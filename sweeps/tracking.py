@@ -104,10 +104,12 @@ class SweepTracker:
 
     def recount_mirrored_lines(self) -> None:
         """Take each run's line count from its marker metric where that is ahead of mlflow.json: an earlier driver
-        died after logging a batch but before saving its count (one get_run per job, at start only)."""
+        died after logging a batch but before saving its count (one query per job, at start only)."""
         for run_id, child in self.state["child_runs"].items():
-            logged = self.client.get_run(child).data.metrics.get(LINES_MIRRORED_KEY)
-            if logged is not None and int(logged) > self.state["mirrored_lines"].get(run_id, 0):
+            # The largest marker, not the run's "latest" value (MLflow's latest is by step, and a resumed job on a
+            # wall-clock compute axis can write lines at lower steps than lines mirrored before).
+            logged = max((m.value for m in self.client.get_metric_history(child, LINES_MIRRORED_KEY)), default=0)
+            if int(logged) > self.state["mirrored_lines"].get(run_id, 0):
                 self.state["mirrored_lines"][run_id] = int(logged)
 
     def add_jobs(self, jobs: list[Job], run_names: dict[str, str] | None = None) -> None:
@@ -191,7 +193,11 @@ class SweepTracker:
 
     def finish(self, job: Job, status: str) -> None:
         """Close the job's child run: FINISHED or FAILED."""
-        self.client.set_terminated(self.state["child_runs"][job.run_id], status=status)
+        self.finish_run(job.run_id, status)
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        """Close the child run of the job with this run id (FINISHED, FAILED or KILLED)."""
+        self.client.set_terminated(self.state["child_runs"][run_id], status=status)
 
     def close_finished(self, job: Job) -> None:
         """A job that finished while no driver watched it (the driver was killed, its jobs ran on): mirror the

@@ -372,19 +372,26 @@ class TuneDriver:
                 setattr(record, key, value)
             if number != run.numbers[0]:
                 record.note = f"same parameters as trial {run.numbers[0]}: shares its run"
-        # MLflow before the study: a driver killed in between leaves the trials RUNNING in the study and on
-        # disk, and the next driver settles them again (told only once). The other order left the job's run
-        # open and without its summary, as the next driver only tells a trial settled on disk.
-        status = {COMPLETE: "FINISHED", PRUNED: "KILLED", FAILED: "FAILED"}[outcome["state"]]
-        record = self.records[run.numbers[0]]
-        self.tracker.log_summary(job.run_id, {
+        # On disk, then MLflow, then the study: a driver killed before the study hears finds the trials settled
+        # on disk and RUNNING in the study, and resume() closes their MLflow run (again: idempotent) and tells.
+        for number in run.numbers:
+            write_record(self.tune_dir, self.records[number])
+        self.close_mlflow_run(self.records[run.numbers[0]])
+        for number in run.numbers:
+            self.tell(self.records[number])
+
+    def close_mlflow_run(self, record: TrialRecord) -> None:
+        """The trial's summary metrics and tags on its job's MLflow run, then the run closed with its outcome."""
+        if record.run_id not in self.tracker.state["child_runs"]:
+            return  # a trial refused before it had a run
+        numbers = sorted(n for n, other in self.records.items() if other.run_id == record.run_id)
+        status = {COMPLETE: "FINISHED", PRUNED: "KILLED", FAILED: "FAILED"}[record.state]
+        self.tracker.log_summary(record.run_id, {
             "tune/objective": record.value, "tune/objective_lower": record.lower, "tune/objective_upper": record.upper,
             "tune/compute": record.compute,
             "tune/pruned_at_compute": (record.pruned or {}).get("compute")},
-            {"scalerl.tune.state": record.state, "scalerl.tune.trials": ",".join(map(str, run.numbers))})
-        self.tracker.finish(job, status)
-        for number in run.numbers:
-            self.tell(self.records[number])
+            {"scalerl.tune.state": record.state, "scalerl.tune.trials": ",".join(map(str, numbers))})
+        self.tracker.finish_run(record.run_id, status)
 
     # --- pruning --------------------------------------------------------------------------------
     def consider_pruning(self, run: ActiveRun) -> None:
@@ -441,8 +448,9 @@ class TuneDriver:
 
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             record = self.records.get(trial.number)
-            if record is not None and record.state != RUNNING:
-                self.tell(record)  # settled on disk, not yet told
+            if record is not None and record.state != RUNNING:  # settled on disk, not yet told
+                self.close_mlflow_run(record)
+                self.tell(record)
             else:
                 self.attach(trial.number, dict(trial.params))
 

