@@ -51,11 +51,19 @@ class TrainingJob:
     def __call__(self) -> dict[str, Any]:
         import torch
 
+        # The job's thread count, restored after: the debug executor runs jobs inside the caller's process.
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.threads)
+        try:
+            return self.run_training()
+        finally:
+            torch.set_num_threads(previous)
+
+    def run_training(self) -> dict[str, Any]:
         from recipe.engines import train
 
         from recipe.engines.launch import slurm_machines
 
-        torch.set_num_threads(self.threads)
         run_dir = Path(self.run_dir)
         machines = slurm_machines()
         if machines is not None and machines.count > 1 and machines.rank != "0":

@@ -203,6 +203,7 @@ def test_kill_9_of_a_role_stops_the_run_naming_it_and_a_rerun_resumes(tiny_overr
         assert time.time() < deadline
         time.sleep(0.2)
     pid = json.loads((run_dir / ROLES_FILE).read_text())[role]
+    assert process.poll() is None, "the run ended before the kill"
     os.kill(pid, signal.SIGKILL)
     killed = time.time()
     output, _ = process.communicate(timeout=60)

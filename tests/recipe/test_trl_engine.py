@@ -329,7 +329,8 @@ def test_two_processes_on_cpu_train_as_one_job_a_killed_rank_fails_it_and_the_re
     """engine.num_processes 2 on CPU: torchrun (accelerate --multi_gpu) starts two gloo ranks that train together
     (the started processes carry a flag so they run the job instead of launching it again). kill -9 of rank 1
     after the first checkpoint fails the job with an error and leaves no process; the same command resumes."""
-    overrides = [*tiny_overrides(run_steps=4), *TRL_BASE, "engine.num_processes=2", "checkpoint.every_steps=2",
+    # 8 steps: the kill lands after the first checkpoint (step 2) with 6 steps to go, room for a slow machine.
+    overrides = [*tiny_overrides(run_steps=8), *TRL_BASE, "engine.num_processes=2", "checkpoint.every_steps=2",
                  "eval.every_steps=2"]
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "sweeps.cli", "train", *overrides, "--run-dir", str(run_dir), "--threads", "1"]
@@ -343,6 +344,7 @@ def test_two_processes_on_cpu_train_as_one_job_a_killed_rank_fails_it_and_the_re
             time.sleep(0.05)
         ranks = {rank: pid for pid, rank in job_processes(run_dir).items() if rank}
         assert set(ranks) == {"0", "1"}, ranks
+        assert process.poll() is None, "the job ended before the kill"
         os.kill(ranks["1"], signal.SIGKILL)
         _, stderr = process.communicate(timeout=120)
     finally:
@@ -354,9 +356,9 @@ def test_two_processes_on_cpu_train_as_one_job_a_killed_rank_fails_it_and_the_re
     finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-3000:]
     records = read_metrics(run_dir)
-    assert [r["step"] for r in records] == [0, 2, 4] and {r["engine/processes"] for r in records} == {2}
-    # The job is charged for both ranks' rows: 4 steps x 4 prompts x 4 samples, as one process would be.
-    assert records[-1]["compute/samples"] == 64 and records[-1]["compute/trained_tokens"] > 0
+    assert [r["step"] for r in records] == [0, 2, 4, 6, 8] and {r["engine/processes"] for r in records} == {2}
+    # The job is charged for both ranks' rows: 8 steps x 4 prompts x 4 samples, as one process would be.
+    assert records[-1]["compute/samples"] == 128 and records[-1]["compute/trained_tokens"] > 0
 
 
 @pytest.mark.parametrize("loss", ["cispo", "dapo", "grpo", "gspo"])

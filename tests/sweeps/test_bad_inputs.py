@@ -591,17 +591,28 @@ def test_the_second_corpus_covers_every_command():
     assert {"plan", "run", "status", "cancel", "report", "ui", "fit", "tune", "train"} <= commands
 
 
-def test_a_spec_of_10000_jobs_plans_in_seconds(tmp_path):
-    """Planning is linear in jobs: 10,000 variants (each a distinct eps_max) plan well under a minute."""
-    variants = ", ".join(f"{{name: cispo, eps_max: {1 + i / 10000}}}" for i in range(1, 10000))
-    (tmp_path / "big.yaml").write_text(SPEC.replace("{loss: dapo}", f"{{loss: [{variants}]}}"))
+def test_a_spec_of_10000_jobs_plans_in_time_linear_in_its_jobs(tmp_path):
+    """Planning is linear in jobs: 10,000 variants (each a distinct eps_max) cost less than 10x the CPU time of
+    1,000 (the process's start and imports come on top of both; 6.0 s against 0.79 s on the Intel Xeon). In CPU
+    seconds of the child, so a busy or slow machine moves both alike; a quadratic planner (8 minutes for 10,000
+    once) is ~100x."""
+    import resource
+
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    code, out, err, peak_mb, seconds = run_sweep_command(["plan", "big.yaml"], tmp_path, env)
-    assert code == 0, err[-2000:]
-    assert "10000 jobs: 10000 variants x 1 seed(s)" in out
+    cpu_seconds = {}
+    for jobs in (1000, 10000):
+        variants = ", ".join(f"{{name: cispo, eps_max: {1 + i / jobs}}}" for i in range(1, jobs))
+        (tmp_path / f"big{jobs}.yaml").write_text(SPEC.replace("{loss: dapo}", f"{{loss: [{variants}]}}"))
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        code, out, err, peak_mb, _ = run_sweep_command(["plan", f"big{jobs}.yaml"], tmp_path, env)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu_seconds[jobs] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        assert code == 0, err[-2000:]
+        assert f"{jobs} jobs: {jobs} variants x 1 seed(s)" in out
     assert "warning: 10,000 jobs, each trained to 20 device_seconds (200,000 in all), more than 1,000: starting " \
            "them takes --allow-large" in out
-    assert seconds < 30 and peak_mb < 1000, (seconds, peak_mb)
+    assert cpu_seconds[10000] < 12 * cpu_seconds[1000], cpu_seconds
+    assert peak_mb < 1000, peak_mb
 
 
 def test_sweep_fit_on_100000_rows_stays_within_its_memory_bound(tmp_path):

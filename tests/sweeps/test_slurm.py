@@ -200,7 +200,9 @@ def test_a_restarted_driver_watches_a_job_still_queued_instead_of_submitting_it_
     from sweeps.spec import load_spec
     from sweeps.state import read_state
 
-    cpus = os.cpu_count() or 1
+    # The node's CPUs as SLURM counts them (slurmd -C honours a cpuset that os.cpu_count() does not).
+    node = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True, check=True)
+    cpus = int(node.stdout.split()[0])
     spec, out = write_spec(tmp_path, "slurm", target=3200)
     spec.write_text(spec.read_text().replace("cpus_per_task: 1,", f"cpus_per_task: {cpus},"))
     driver = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO,
