@@ -140,6 +140,12 @@ def default_tracking_uri(run_dir: Path) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(run_dir).resolve().parent / 'mlflow.db'}"
 
 
+def log_params(client, run_id: str, params: list) -> None:
+    """Log MLflow Params on a run in batches of 100 (the most one log_batch takes)."""
+    for start in range(0, len(params), 100):
+        client.log_batch(run_id, params=params[start:start + 100])
+
+
 class MlflowRun:
     """One MLflow run per run directory (its id kept in the directory, so resume logs into it)."""
 
@@ -168,9 +174,7 @@ class MlflowRun:
 
             run = self.client.create_run(experiment_id, run_name=run_name, tags={"run_dir": str(run_dir.resolve())})
             self.run_id = run.info.run_id
-            params = [Param(k, str(v)[:6000]) for k, v in flatten_config(params).items()]
-            for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
-                self.client.log_batch(self.run_id, params=params[start:start + 100])
+            log_params(self.client, self.run_id, [Param(k, str(v)[:6000]) for k, v in flatten_config(params).items()])
             # Recorded once its params are in: a kill before leaves a run this directory never names (not one
             # without params that a resume would reuse).
             write_text_atomic(id_file, self.run_id + "\n")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from recipe.config import flatten_config, to_dict
+from recipe.tracking import log_params
 from sweeps.planner import Job
 from sweeps.spec import SweepSpec
 from sweeps.state import write_json_atomic
@@ -95,10 +96,9 @@ class SweepTracker:
             self.client.log_batch(parent.info.run_id, params=[Param(key, value) for key, value in budget.items()])
             state = {"tracking_uri": self.uri, "experiment_id": experiment_id,
                      "parent_run_id": parent.info.run_id, "child_runs": {}, "mirrored_lines": {}}
-            self.state = state
-            self.save()  # before any child run: a kill now leaves no parent a rerun cannot find
         state.setdefault("mirrored_lines", {})
         self.state = state
+        self.save()  # before any child run: a kill after creating the parent leaves no parent a rerun cannot find
         self.recount_mirrored_lines()
         self.add_jobs(jobs)
 
@@ -122,9 +122,7 @@ class SweepTracker:
             name = (run_names or {}).get(job.run_id, f"{job.variant} seed {job.seed}")
             child = self.client.create_run(self.experiment_id, run_name=name,
                                            tags=job_tags(job, self.state["parent_run_id"]))
-            params = [Param(key, value) for key, value in recipe_params(job).items()]
-            for start in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
-                self.client.log_batch(child.info.run_id, params=params[start:start + 100])
+            log_params(self.client, child.info.run_id, [Param(key, value) for key, value in recipe_params(job).items()])
             self.state["child_runs"][job.run_id] = child.info.run_id
             self.save()  # run by run: a kill mid-loop must not leave runs a rerun creates again
 

@@ -311,9 +311,13 @@ class TuneDriver:
     # --- settling -------------------------------------------------------------------------------
     def tell(self, record: TrialRecord) -> None:
         """Write the record, then tell the study (a crash between the two is repaired on the next run)."""
+        write_record(self.tune_dir, record)
+        self.tell_study(record)
+
+    def tell_study(self, record: TrialRecord) -> None:
+        """The study hears a settled record's outcome (the record is on disk already)."""
         from optuna.trial import TrialState
 
-        write_record(self.tune_dir, record)
         if record.state == COMPLETE:
             self.study.tell(record.number, record.value, skip_if_finished=True)
         elif record.state == PRUNED:
@@ -378,7 +382,7 @@ class TuneDriver:
             write_record(self.tune_dir, self.records[number])
         self.close_mlflow_run(self.records[run.numbers[0]])
         for number in run.numbers:
-            self.tell(self.records[number])
+            self.tell_study(self.records[number])
 
     def close_mlflow_run(self, record: TrialRecord) -> None:
         """The trial's summary metrics and tags on its job's MLflow run, then the run closed with its outcome."""
@@ -450,7 +454,7 @@ class TuneDriver:
             record = self.records.get(trial.number)
             if record is not None and record.state != RUNNING:  # settled on disk, not yet told
                 self.close_mlflow_run(record)
-                self.tell(record)
+                self.tell_study(record)
             else:
                 self.attach(trial.number, dict(trial.params))
 
