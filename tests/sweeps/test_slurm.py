@@ -195,7 +195,8 @@ def test_a_restarted_driver_watches_a_job_still_queued_instead_of_submitting_it_
                                                                                       capsys):
     # Two jobs of all the node's CPUs each: one runs, one waits in the queue (no run lock yet). A driver killed
     # then and started again must watch the queued one, not submit it a second time (the copy would wait for
-    # the first's run lock and fail).
+    # the first's run lock and fail). 50 steps a job: the first still trains when the new driver starts, a
+    # second after the kill (at 200 steps the two jobs, one after the other, took 250 s of a CI-like run).
     from sweeps.planner import plan_sweep
     from sweeps.spec import load_spec
     from sweeps.state import read_state
@@ -203,7 +204,7 @@ def test_a_restarted_driver_watches_a_job_still_queued_instead_of_submitting_it_
     # The node's CPUs as SLURM counts them (slurmd -C honours a cpuset that os.cpu_count() does not).
     node = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True, check=True)
     cpus = int(node.stdout.split()[0])
-    spec, out = write_spec(tmp_path, "slurm", target=3200)
+    spec, out = write_spec(tmp_path, "slurm", target=800)
     spec.write_text(spec.read_text().replace("cpus_per_task: 1,", f"cpus_per_task: {cpus},"))
     driver = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(spec)], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -1,0 +1,106 @@
+"""Where a run's pass rate stands, problem class by problem class (the embedded task; issue 52).
+
+    .venv/bin/python benchmarks/bench_pass_by_class.py SWEEP_DIR [SWEEP_DIR ...] [--variant base] [--warm-start]
+
+A problem's class is its column count (the thinking trace's length / 2) and how many columns carry into the
+next (the carries the warm start's wrong method forgets; every validation problem has at least one). Each run
+of --variant in each sweep answers all its validation prompts --samples times from its last checkpoint, under
+its own length control (the base's interruption included) and temperature, on one fixed set of evaluation
+draws; per class: its share of the prompts, the pass rate and the share of samples interrupted, seed means.
+--warm-start adds the same reading of the warm start (no checkpoint: step 0). Nothing is trained.
+Output: a table on stdout and JSON in benchmarks/out/bench_pass_by_class.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+OUT = REPO / "benchmarks" / "out"
+
+
+def problem_class(reference_thinking: str) -> str:
+    """"<columns> col, <carries> carry": the trace holds two digits a column, the first of each its carry out."""
+    sums = [reference_thinking[i:i + 2] for i in range(0, len(reference_thinking), 2)]
+    carries = sum(1 for column in sums[:-1] if column[0] == "1")  # the last column's carry is the answer's lead
+    return f"{len(sums)} col, {carries} carry"
+
+
+def read_run(run_dir: Path, from_checkpoint: bool, samples: int) -> dict[str, dict[str, float]]:
+    """{class: {"prompts", "pass", "interrupted"}} for one run's last checkpoint (or its warm start)."""
+    import torch
+
+    from recipe.config import load_recipe
+    from recipe.evaluation import evaluation_streams
+    from recipe.generator import decode_responses
+    from recipe.run import Run
+
+    with tempfile.TemporaryDirectory() as scratch:  # the run loads its checkpoint; nothing is written beside it
+        if from_checkpoint:
+            shutil.copy(run_dir / "checkpoint.pt", Path(scratch) / "checkpoint.pt")
+        run = Run(load_recipe(run_dir / "config.yaml"), Path(scratch), "cpu", devices=1)
+        problems = run.task.validation
+        torch_rng, numpy_rng = evaluation_streams(0, "per_point", 1, "cpu")
+        with torch.no_grad():
+            rollout = run.generator.generate([p.prompt for p in problems for _ in range(samples)],
+                                             precision=run.c.precision, length_control=run.c.length_control,
+                                             max_new_tokens=run.cfg.rollout.max_new_tokens,
+                                             temperature=run.cfg.rollout.temperature, torch_rng=torch_rng,
+                                             numpy_rng=numpy_rng)
+        counts = defaultdict(lambda: [0, 0, 0])  # samples, correct, interrupted
+        for index, text in enumerate(decode_responses(run.generator.tokenizer, rollout)):
+            problem = problems[index // samples]
+            for name in (problem_class(problem.reference_thinking), "all"):
+                counts[name][0] += 1
+                counts[name][1] += run.task.check(text, problem.answer)
+                counts[name][2] += bool(rollout.interrupted[index])
+        total = counts["all"][0]
+        return {name: {"prompts": n / total, "pass": right / n, "interrupted": cut / n}
+                for name, (n, right, cut) in counts.items()}
+
+
+def seed_means(readings: list[dict]) -> dict[str, dict[str, float]]:
+    names = sorted({name for reading in readings for name in reading})
+    keys = ("prompts", "pass", "interrupted")
+    return {name: {key: sum(r[name][key] for r in readings) / len(readings) for key in keys} for name in names}
+
+
+def main(argv=None) -> None:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dirs", type=Path, nargs="+")
+    parser.add_argument("--variant", default="base")
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--warm-start", action="store_true", help="also read the warm start (step 0)")
+    parser.add_argument("--out", type=Path, default=OUT / "bench_pass_by_class.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    columns: dict[str, dict] = {}
+    for sweep_dir in args.sweep_dirs:
+        plan = [entry for entry in json.loads((sweep_dir / "plan.json").read_text())
+                if entry["variant"] == args.variant and (sweep_dir / entry["run_dir"] / "checkpoint.pt").exists()]
+        if args.warm_start and "warm start" not in columns:
+            columns["warm start"] = seed_means([read_run(sweep_dir / plan[0]["run_dir"], False, args.samples)])
+        readings = [read_run(sweep_dir / entry["run_dir"], True, args.samples) for entry in plan]
+        last = json.loads((sweep_dir / plan[0]["run_dir"] / "metrics.jsonl").read_text().splitlines()[-1])
+        columns[f"{sweep_dir.name} ({len(plan)} seeds, {last['compute/flops']:.2g} flops)"] = seed_means(readings)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(columns, indent=1))
+    names = sorted(next(iter(columns.values())), key=lambda name: (name == "all", name))
+    print("class | share | " + " | ".join(f"{column}: pass (interrupted)" for column in columns))
+    for name in names:
+        share = next(iter(columns.values()))[name]["prompts"]
+        print(f"{name} | {share:.1%} | " + " | ".join(f"{c[name]['pass']:.3f} ({c[name]['interrupted']:.0%})"
+                                                    for c in columns.values()))
+
+
+if __name__ == "__main__":
+    main()
