@@ -8,6 +8,13 @@ of --variant in each sweep answers all its validation prompts --samples times fr
 its own length control (the base's interruption included) and temperature, on one fixed set of evaluation
 draws; per class: its share of the prompts, the pass rate and the share of samples interrupted, seed means.
 --warm-start adds the same reading of the warm start (no checkpoint: step 0). Nothing is trained.
+
+    .venv/bin/python benchmarks/bench_pass_by_class.py --along RUN_DIR --steps 32 64 96 128 192 288 448
+
+--along: each class's own learning curve. RUN_DIR's config trains afresh in this process (under --override, by
+default PPO-off-policy-8: one process, so it stops and resumes at each of --steps without new role processes),
+its checkpoint at each step is read as above, and each class's curve is fitted (fitting.fit_sigmoid, compute
+axis = steps, R0 the warm start's): A, C_mid, B and the share of its gain made by the last step.
 Output: a table on stdout and JSON in benchmarks/out/bench_pass_by_class.json.
 """
 
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 import tempfile
@@ -72,17 +80,57 @@ def seed_means(readings: list[dict]) -> dict[str, dict[str, float]]:
     return {name: {key: sum(r[name][key] for r in readings) / len(readings) for key in keys} for name in names}
 
 
+def along(run_dir: Path, steps: list[int], overrides: list[str], samples: int, scratch: Path) -> dict:
+    """{"steps": [0, *checkpoint steps], "classes": {class: [pass rate at each]}, "fits": {class: {a, c_mid, b}}}."""
+    import torch
+
+    from fitting import fit_sigmoid
+    from recipe.config import load_recipe
+    from recipe.engines import train
+
+    every = math.gcd(*steps)  # a checkpoint at each stop
+    cfg = load_recipe(run_dir / "config.yaml", [*overrides, f"checkpoint.every_steps={every}"])
+    train_dir = scratch / "run"
+    readings, at = [read_run(run_dir, False, samples)], [0]
+    for stop in steps:
+        train(cfg, train_dir, device="cpu", stop_at_step=stop)
+        at.append(int(torch.load(train_dir / "checkpoint.pt", map_location="cpu", weights_only=False)["step"]))
+        readings.append(read_run(train_dir, True, samples))
+    classes = {name: [reading[name]["pass"] for reading in readings] for name in readings[0]}
+    fits = {}
+    for name, curve in classes.items():
+        fit = fit_sigmoid(at, curve)
+        fits[name] = {"a": fit.a, "c_mid": fit.c_mid, "b": fit.b, "gain_made": (curve[-1] - fit.r0) / (fit.a - fit.r0),
+                      "flags": list(fit.flags)}
+    return {"steps": at, "classes": classes, "fits": fits}
+
+
 def main(argv=None) -> None:
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep_dirs", type=Path, nargs="+")
+    parser.add_argument("sweep_dirs", type=Path, nargs="*")
+    parser.add_argument("--along", type=Path, help="a run directory whose config trains afresh (see above)")
+    parser.add_argument("--steps", type=int, nargs="+", default=[32, 64, 96, 128, 192, 288, 448])
+    parser.add_argument("--override", nargs="*", default=["off_policy=ppo_off_policy", "off_policy.k=8"])
     parser.add_argument("--variant", default="base")
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--warm-start", action="store_true", help="also read the warm start (step 0)")
     parser.add_argument("--out", type=Path, default=OUT / "bench_pass_by_class.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.along is not None:
+        with tempfile.TemporaryDirectory() as scratch:
+            result = along(args.along, args.steps, args.override, args.samples, Path(scratch))
+        args.out.write_text(json.dumps(result, indent=1))
+        steps = " | ".join(f"step {step}" for step in result["steps"])
+        print(f"class | {steps} | A | C_mid (steps) | B | gain made")
+        for name, curve in sorted(result["classes"].items(), key=lambda item: (item[0] == "all", item[0])):
+            fit = result["fits"][name]
+            print(f"{name} | " + " | ".join(f"{value:.3f}" for value in curve)
+                  + f" | {fit['a']:.3f} | {fit['c_mid']:.0f} | {fit['b']:.2f} | {fit['gain_made']:.0%}")
+        return
     columns: dict[str, dict] = {}
     for sweep_dir in args.sweep_dirs:
         plan = [entry for entry in json.loads((sweep_dir / "plan.json").read_text())
@@ -92,7 +140,6 @@ def main(argv=None) -> None:
         readings = [read_run(sweep_dir / entry["run_dir"], True, args.samples) for entry in plan]
         last = json.loads((sweep_dir / plan[0]["run_dir"] / "metrics.jsonl").read_text().splitlines()[-1])
         columns[f"{sweep_dir.name} ({len(plan)} seeds, {last['compute/flops']:.2g} flops)"] = seed_means(readings)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(columns, indent=1))
     names = sorted(next(iter(columns.values())), key=lambda name: (name == "all", name))
     print("class | share | " + " | ".join(f"{column}: pass (interrupted)" for column in columns))
