@@ -350,6 +350,7 @@ def attention_implementation(model, name: str):
     """Run the model with attention implementation `name` (no switch when it already has it)."""
     own = model.config._attn_implementation
     if own != name:
+        register()
         model.set_attn_implementation(name)
     try:
         yield
@@ -358,10 +359,12 @@ def attention_implementation(model, name: str):
             model.set_attn_implementation(own)
 
 
-def _register() -> None:
+def register() -> None:
+    """Make NAME an attention implementation transformers knows (idempotent: a dict entry).
+
+    Called where a model switches to it, not when this module is imported: a process that imports the recipe
+    without building a model (a PipelineRL job's supervisor, the sweep driver) then does not import transformers,
+    seconds of start-up each time (7 of `import recipe.engines.pipeline`'s ~8 s on a slow hour of the 2-core host)."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(NAME, shared_prefix_attention)
-
-
-_register()
