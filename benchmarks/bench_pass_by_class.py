@@ -131,15 +131,24 @@ def main(argv=None) -> None:
             print(f"{name} | " + " | ".join(f"{value:.3f}" for value in curve)
                   + f" | {fit['a']:.3f} | {fit['c_mid']:.0f} | {fit['b']:.2f} | {fit['gain_made']:.0%}")
         return
+    if not args.sweep_dirs:
+        parser.error("give one or more sweep directories, or --along RUN_DIR")
+    from reports import schema
+
     columns: dict[str, dict] = {}
     for sweep_dir in args.sweep_dirs:
-        plan = [entry for entry in json.loads((sweep_dir / "plan.json").read_text())
-                if entry["variant"] == args.variant and (sweep_dir / entry["run_dir"] / "checkpoint.pt").exists()]
+        run_dirs = [sweep_dir / entry[schema.PLAN_RUN_DIR]
+                    for entry in json.loads((sweep_dir / schema.PLAN_FILE).read_text())
+                    if entry["variant"] == args.variant
+                    and (sweep_dir / entry[schema.PLAN_RUN_DIR] / "checkpoint.pt").exists()]
+        if not run_dirs:
+            parser.error(f"{sweep_dir}: no run of variant {args.variant!r} has a checkpoint (--variant names one of "
+                         f"its plan's variants)")
         if args.warm_start and "warm start" not in columns:
-            columns["warm start"] = seed_means([read_run(sweep_dir / plan[0]["run_dir"], False, args.samples)])
-        readings = [read_run(sweep_dir / entry["run_dir"], True, args.samples) for entry in plan]
-        last = json.loads((sweep_dir / plan[0]["run_dir"] / "metrics.jsonl").read_text().splitlines()[-1])
-        columns[f"{sweep_dir.name} ({len(plan)} seeds, {last['compute/flops']:.2g} flops)"] = seed_means(readings)
+            columns["warm start"] = seed_means([read_run(run_dirs[0], False, args.samples)])
+        readings = [read_run(run_dir, True, args.samples) for run_dir in run_dirs]
+        last = json.loads((run_dirs[0] / "metrics.jsonl").read_text().splitlines()[-1])
+        columns[f"{sweep_dir.name} ({len(run_dirs)} seeds, {last['compute/flops']:.2g} flops)"] = seed_means(readings)
     args.out.write_text(json.dumps(columns, indent=1))
     names = sorted(next(iter(columns.values())), key=lambda name: (name == "all", name))
     print("class | share | " + " | ".join(f"{column}: pass (interrupted)" for column in columns))
