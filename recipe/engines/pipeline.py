@@ -73,6 +73,7 @@ from recipe.run import (Run, Samples, assemble_minibatch, build_components, buil
                         devices_held, model_directory, prepare_run_dir, random_streams, role_device, sample_groups,
                         train_on)
 from recipe.model import lm_parts, load_model_dir
+from recipe.process_exit import skip_final_collections
 from recipe.tasks import build_task
 from recipe.tracking import read_metrics
 
@@ -356,7 +357,9 @@ def merge_groups(items: list[dict], device: str) -> Samples:
 
 def role_main(role: str, body: Callable, channels: Channels, *args) -> None:
     """Run a role; report an exception to the supervisor before the process exits with it (a ConfigError
-    itself too: an input error, which the supervisor raises as such, so a sweep does not retry it)."""
+    itself too: an input error, which the supervisor raises as such, so a sweep does not retry it).
+    The role's process exits without its final garbage collections: the supervisor waits for that exit."""
+    skip_final_collections()
     try:
         body(channels, *args)
     except RunStopping:  # the run ended while this role waited on the other (modeled timing)
