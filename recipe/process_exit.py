@@ -1,10 +1,10 @@
 """A quick exit for the processes a run starts: skip the garbage collections Python makes on the way out.
 
-A process that imported torch's compiler stack (any transformers model class imports it) holds a few million
-objects, and the interpreter's finalization walks them in its last cyclic garbage collections before the
-process ends: ~1.1-1.5 s of CPU spent freeing memory the operating system takes back anyway (BENCHMARKS.md,
-"A quicker exit"). A PipelineRL run's supervisor waits for its trainer's exit, and a sweep's driver for its job
-process's, so that second and a half is paid at the end of every job. gc.freeze() at exit moves every live
+A process that imported torch's compiler stack (any transformers model class imports it) tracks ~440,000
+objects for the garbage collector, and the interpreter's finalization walks them in its last cyclic collections
+before the process ends: 1.2-2.3 s of CPU spent freeing memory the operating system takes back anyway
+(BENCHMARKS.md, "A quicker exit"). A PipelineRL run's supervisor waits for its roles' exit, and a sweep's driver
+for its job process's, so that time was paid at the end of every job. gc.freeze() at exit moves every live
 object to the permanent generation, which collections skip.
 
 What it gives up: the __del__ of objects that only a reference cycle keeps alive when the process ends (which
