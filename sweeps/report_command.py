@@ -55,6 +55,10 @@ def run(args) -> int:
         else:
             if not args.sweep_dir:
                 raise UsageError("give a SWEEP_DIR, or --tracking-uri with --experiment")
+            if not args.no_mlflow:  # child runs that hold a metrics line twice are rebuilt from metrics.jsonl
+                from sweeps.tracking import repair_duplicates
+
+                repair_duplicates(Path(args.sweep_dir))
             outputs = report_sweep(args.sweep_dir, args.output, n_boot=args.n_boot, log_mlflow=not args.no_mlflow,
                                    power_law=args.power_law)
     except SweepDataError as error:

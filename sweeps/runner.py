@@ -31,7 +31,8 @@ from sweeps.planner import Job, check_jobs_can_run, check_size, plan_sweep
 from sweeps.progress import collect_progress, format_progress
 from sweeps.spec import SweepSpec, base_source, check_output_dir, output_dir
 from recipe.tracking import read_json_file, write_text_atomic
-from sweeps.state import DONE, FAILED, PENDING, RUNNING, is_done, is_locked, read_state, write_json_atomic, write_state
+from sweeps.state import (DONE, FAILED, PENDING, RUNNING, DriverLock, JobState, is_done, is_locked, read_state,
+                          write_json_atomic, write_state)
 
 # Without a terminal the table is printed at most this often (plus on every state change).
 PLAIN_PRINT_SECONDS = 30.0
@@ -179,164 +180,251 @@ class HarnessTimer:
         (sweep_dir / "harness.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
-def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool = False) -> int:
-    """Run every job of `spec` to its target; returns 0 when all are done, 1 if any failed. More than
-    planner.LARGE_RUNS jobs are refused unless allow_large."""
-    stream = stream or sys.stdout
-    from sweeps.launcher import Launcher, job_error, job_finished, job_log
-    from sweeps.tracking import SweepTracker, mlflow_record
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a finished job's launch came to, as the driver reads it from the launcher and the run directory."""
 
-    started = time.time()
-    timer = HarnessTimer()
-    sweep_dir = output_dir(spec)
-    jobs = plan_sweep(spec)
-    check_size(len(jobs), spec.budget, "jobs", allow_large)
-    for note in check_jobs_can_run(spec, jobs):  # what only a job's node can check, an oversubscribed machine
-        print(note, file=stream)
-    check_output_dir(spec)
-    check_run_configs(jobs)
-    for job in jobs:  # a damaged state file or mlflow.json is named before anything is written
-        read_state(sweep_dir, job.run_id)
-    mlflow_record(sweep_dir)
-    write_sweep_files(spec, sweep_dir, jobs)
-    tracker = SweepTracker(spec, sweep_dir, jobs)
-    print(f"sweep {spec.name}: {len(jobs)} jobs in {sweep_dir}; MLflow {tracker.uri} "
-          f"(experiment {tracker.experiment_id})", file=stream)
-    faults = spec.faults
-    max_attempts = spec.executor.max_attempts
+    error: str | None = None  # the launch raised (its summarized traceback)
+    input_error: str | None = None  # the job refused its inputs (sweeps.job.INPUT_ERROR): rerunning fails alike
+    trained_elsewhere: bool = False  # another process held the run (a second launch of the same job)
+    reached_target: bool = False  # done.json at or past the spec's target
 
-    queue: list[Job] = []
-    watched: list[Job] = []  # running under an earlier driver: watched until their lock is released
-    unit, target = spec.budget.unit, spec.budget.target
 
-    def finished(job: Job) -> bool:  # at this spec's target: a raised target trains finished runs on
-        return is_done(job.run_dir, unit, target)
+@dataclasses.dataclass(frozen=True)
+class Settlement:
+    """The settled job: its new state, how to close its MLflow run (None: leave it open) and whether to watch it."""
 
-    launcher = Launcher(spec, sweep_dir / "logs")
-    active: dict[str, tuple[Job, Any]] = {}
-    states = {job.run_id: read_state(sweep_dir, job.run_id) for job in jobs}
-    # On SLURM an earlier driver's jobs may still wait in the queue (holding no run lock yet): watched, not
-    # submitted again.
-    live = launcher.live_jobs([state.launcher_id for state in states.values() if state.status == RUNNING])
-    for job in jobs:
-        state = states[job.run_id]
-        if finished(job):
-            tracker.close_finished(job)  # it may have finished after an earlier driver died
-            continue
-        if is_locked(job.run_dir):
-            watched.append(job)
-        elif state.status == RUNNING and state.launcher_id in live:
-            active[job.run_id] = (job, live[state.launcher_id])
-        elif state.status == FAILED and state.failures >= max_attempts:
-            continue  # reported as failed; delete its state file to try again
-        else:
-            queue.append(job)
+    state: JobState
+    mlflow_status: str | None
+    watch: bool = False
 
-    display = Display(stream)
-    previous_statuses: list[str] = []
-    timer.add("plan", timer.started)
 
-    def launch(batch: list[Job]) -> None:
+def settle(outcome: Outcome, state: JobState, max_attempts: int) -> Settlement:
+    """The state a finished launch leaves its job in. Pure: the driver writes what it returns.
+
+    A second launch that found the run held by another process is watched, not failed; an input error fails for
+    good (failures raised to max_attempts); a launch that ended at the target is done; anything else is one
+    more failure, retried by a later driver while failures < max_attempts.
+    """
+    if outcome.error is None and outcome.trained_elsewhere:
+        return Settlement(state, None, watch=True)
+    if outcome.input_error is not None:
+        failed = dataclasses.replace(state, status=FAILED, last_error=f"{INPUT_ERROR_PREFIX}{outcome.input_error}",
+                                     failures=max(state.failures + 1, max_attempts))
+        return Settlement(failed, "FAILED")
+    if outcome.error is None and outcome.reached_target:
+        return Settlement(dataclasses.replace(state, status=DONE), "FINISHED")
+    failed = dataclasses.replace(state, status=FAILED, failures=state.failures + 1,
+                                 last_error=outcome.error or "job ended without reaching its target")
+    return Settlement(failed, "FAILED")
+
+
+def failure_lines(job: Job, state: JobState, sweep_dir: Path, max_attempts: int) -> str:
+    """What the driver prints for a job that did not finish: its error, its log and what a rerun will do."""
+    state_file = f"{sweep_dir}/state/{job.run_id}.json"
+    if (state.last_error or "").startswith(INPUT_ERROR_PREFIX):
+        retry = (f"rerunning fails the same way: fix the input it names, then delete {state_file} and rerun "
+                 "`sweep run`")
+    elif state.failures < max_attempts:
+        retry = "retried by the next `sweep run`"
+    else:
+        retry = f"failed {state.failures} times (executor.max_attempts); delete {state_file} to retry"
+    return f"FAILED {job.variant} seed {job.seed}: {state.last_error}\n  log: {state.log_path}\n  {retry}"
+
+
+class SweepDriver:
+    """One `sweep run`: prepare (plan, checks, the driver lock, sweep files, MLflow), triage the jobs on disk,
+    then launch, poll and settle until none is left, and finalize (fits, table, report) or report failures.
+
+    The queue holds jobs to launch, `active` the jobs this driver launched, `watched` the jobs another
+    process trains (an earlier driver's local jobs, a second launch's first copy): watched until their run
+    lock is released, then done or queued again to resume from their checkpoint.
+    """
+
+    def __init__(self, spec: SweepSpec, stream: TextIO, allow_large: bool = False, wait: bool = False) -> None:
+        self.spec, self.stream, self.allow_large, self.wait_for_driver = spec, stream, allow_large, wait
+        self.sweep_dir = output_dir(spec)
+        self.started, self.timer = time.time(), HarnessTimer()
+        self.queue: list[Job] = []
+        self.watched: list[Job] = []
+        self.active: dict[str, tuple[Job, Any]] = {}
+        self.display = Display(stream)
+        self.previous_statuses: list[str] = []
+
+    def echo(self, line: str) -> None:
+        print(line, file=self.stream)
+
+    def finished(self, job: Job) -> bool:
+        """At this spec's target: a raised target trains finished runs on."""
+        return is_done(job.run_dir, self.spec.budget.unit, self.spec.budget.target)
+
+    def prepare(self) -> None:
+        """Plan and check everything a job would refuse, before the sweep directory is touched."""
+        spec = self.spec
+        self.jobs = plan_sweep(spec)
+        check_size(len(self.jobs), spec.budget, "jobs", self.allow_large)
+        for note in check_jobs_can_run(spec, self.jobs):  # what only a job's node can check, an oversubscribed machine
+            print(note, file=self.stream)
+        check_output_dir(spec)
+
+    def prepare_files(self) -> None:
+        """With the driver lock held: check what earlier drivers left, then write the sweep's files."""
+        from sweeps.launcher import Launcher
+        from sweeps.tracking import SweepTracker, mlflow_record
+
+        spec = self.spec
+        check_run_configs(self.jobs)
+        for job in self.jobs:  # a damaged state file or mlflow.json is named before anything is written
+            read_state(self.sweep_dir, job.run_id)
+        mlflow_record(self.sweep_dir)
+        write_sweep_files(spec, self.sweep_dir, self.jobs)
+        self.tracker = SweepTracker(spec, self.sweep_dir, self.jobs)
+        print(f"sweep {spec.name}: {len(self.jobs)} jobs in {self.sweep_dir}; MLflow {self.tracker.uri} "
+              f"(experiment {self.tracker.experiment_id})", file=self.stream)
+        self.launcher = Launcher(spec, self.sweep_dir / "logs")
+
+    def triage(self) -> None:
+        """Sort the planned jobs by what is on disk: finished (closed), trained by another process (watched),
+        still queued on SLURM from an earlier driver (active), given up (left), or to launch (queued)."""
+        states = {job.run_id: read_state(self.sweep_dir, job.run_id) for job in self.jobs}
+        # On SLURM an earlier driver's jobs may still wait in the queue (holding no run lock yet): watched, not
+        # submitted again.
+        live = self.launcher.live_jobs([state.launcher_id for state in states.values() if state.status == RUNNING])
+        for job in self.jobs:
+            state = states[job.run_id]
+            if self.finished(job):
+                self.tracker.close_finished(job)  # it may have finished after an earlier driver died
+            elif is_locked(job.run_dir):
+                self.watched.append(job)
+            elif state.status == RUNNING and state.launcher_id in live:
+                self.active[job.run_id] = (job, live[state.launcher_id])
+            elif not (state.status == FAILED and state.failures >= self.spec.executor.max_attempts):
+                self.queue.append(job)  # (a job failed max_attempts times is reported; delete its state to retry)
+
+    def launch(self, batch: list[Job]) -> None:
+        from sweeps.launcher import job_log
+
+        spec = self.spec
         functions = [TrainingJob(sweep_job_recipe(job), str(job.run_dir), spec.budget.unit, spec.budget.target,
-                                 launcher.threads, faults.get(job.variant)) for job in batch]
-        with timer.phase("launch"):
+                                 self.launcher.threads, spec.faults.get(job.variant)) for job in batch]
+        with self.timer.phase("launch"):
             try:
-                handles = launcher.submit(functions)
+                handles = self.launcher.submit(functions)
             except ConfigError:  # the scheduler refused them (launcher.SubmissionRefused): nothing more starts
-                tracker.finish_sweep("FAILED")
+                self.tracker.finish_sweep("FAILED")
                 raise
         for job, handle in zip(batch, handles):
-            state = read_state(sweep_dir, job.run_id)
+            state = read_state(self.sweep_dir, job.run_id)
             state.status, state.attempts, state.last_error = RUNNING, state.attempts + 1, None
             state.launcher_id, state.log_path = str(handle.job_id), job_log(handle)
-            write_state(sweep_dir, job.run_id, state)
-            active[job.run_id] = (job, handle)
+            write_state(self.sweep_dir, job.run_id, state)
+            self.active[job.run_id] = (job, handle)
 
-    try:
-        while queue or active or watched:
-            # A process from an earlier launch may still hold a run (a cancelled job still dying, or
-            # one that escaped its kill): watch it rather than start a second writer.
-            for job in [job for job in queue if is_locked(job.run_dir)]:
-                queue.remove(job)
-                watched.append(job)
-            polled = time.perf_counter()
-            for run_id, (job, handle) in list(active.items()):
-                tracker.mirror(job)
-                if not job_finished(handle):
-                    continue
-                del active[run_id]
-                tracker.mirror(job)
-                state = read_state(sweep_dir, run_id)
-                error = job_error(handle)
-                input_error = job_input_error(handle) if error is None else None
-                if error is None and job_result_field(handle, TRAINED_ELSEWHERE) is not None:
-                    watched.append(job)  # a second launch found the run trained by the first: watch that one
-                    continue
-                if input_error is not None:  # the same inputs fail the same way: not retried
-                    state.status, state.last_error = FAILED, f"{INPUT_ERROR_PREFIX}{input_error}"
-                    state.failures = max(state.failures + 1, max_attempts)
-                    tracker.finish(job, "FAILED")
-                elif error is None and finished(job):
-                    state.status = DONE
-                    tracker.finish(job, "FINISHED")
+    def outcome(self, job: Job, handle: Any) -> Outcome:
+        from sweeps.launcher import job_error
+
+        error = job_error(handle)
+        return Outcome(error=error, input_error=job_input_error(handle) if error is None else None,
+                       trained_elsewhere=job_result_field(handle, TRAINED_ELSEWHERE) is not None,
+                       reached_target=self.finished(job))
+
+    def poll(self) -> None:
+        """Mirror every job's new metric lines; settle the launches that ended; release watched jobs that ended."""
+        from sweeps.launcher import job_finished
+
+        # A process from an earlier launch may still hold a run (a cancelled job still dying, or one that escaped
+        # its kill): watch it rather than start a second writer.
+        for job in [job for job in self.queue if is_locked(job.run_dir)]:
+            self.queue.remove(job)
+            self.watched.append(job)
+        for run_id, (job, handle) in list(self.active.items()):
+            self.tracker.mirror(job)
+            if not job_finished(handle):
+                continue
+            del self.active[run_id]
+            self.tracker.mirror(job)
+            settled = settle(self.outcome(job, handle), read_state(self.sweep_dir, run_id),
+                             self.spec.executor.max_attempts)
+            if settled.watch:
+                self.watched.append(job)  # a second launch found the run trained by the first: watch that one
+                continue
+            self.tracker.finish(job, settled.mlflow_status)
+            write_state(self.sweep_dir, run_id, settled.state)
+        for job in list(self.watched):
+            self.tracker.mirror(job)
+            if not is_locked(job.run_dir):
+                self.watched.remove(job)
+                if self.finished(job):
+                    self.tracker.finish(job, "FINISHED")
                 else:
-                    state.status, state.last_error = FAILED, error or "job ended without reaching its target"
-                    state.failures += 1
-                    tracker.finish(job, "FAILED")
-                write_state(sweep_dir, run_id, state)
-            for job in list(watched):
-                tracker.mirror(job)
-                if not is_locked(job.run_dir):
-                    watched.remove(job)
-                    if finished(job):
-                        tracker.finish(job, "FINISHED")
-                    else:
-                        queue.append(job)  # its process died: resume it from its checkpoint
-            timer.add("poll", polled)
+                    self.queue.append(job)  # its process died: resume it from its checkpoint
+
+    def show_progress(self, force: bool = False) -> list:
+        """Draw the job table (on a change, now and then, or when forced); returns its rows."""
+        rows = collect_progress(self.spec, self.sweep_dir, self.jobs)
+        statuses = [row.status for row in rows]
+        changed = force or statuses != self.previous_statuses
+        self.display.show(format_progress(self.spec, rows, self.started), changed=changed, force=force)
+        self.previous_statuses = statuses
+        return rows
+
+    def loop(self) -> None:
+        """Poll, launch into free slots and show progress until no job is queued, active or watched."""
+        while self.queue or self.active or self.watched:
+            with self.timer.phase("poll"):
+                self.poll()
             # Launch after the poll: a job that just finished frees its slot for the next one at once.
-            free = launcher.parallelism - len(active) - len(watched)
-            if queue and free > 0:
-                batch, queue = queue[:free], queue[free:]
-                launch(batch)
-            polled = time.perf_counter()
-            rows = collect_progress(spec, sweep_dir, jobs)
-            statuses = [row.status for row in rows]
-            display.show(format_progress(spec, rows, started), changed=statuses != previous_statuses)
-            previous_statuses = statuses
-            timer.add("poll", polled)
-            if queue or active or watched:
-                launcher.wait([handle for _, handle in active.values()], spec.executor.poll_seconds)
-    except KeyboardInterrupt:
-        stopped = ("; the local jobs it started stopped with it and resume from their last checkpoints"
-                   if spec.executor.name == "local" and active else "")
-        print(f"\ninterrupted{stopped}: rerun `sweep run` on the same spec to resume ({sweep_dir})", file=stream)
-        return 130
+            free = self.launcher.parallelism - len(self.active) - len(self.watched)
+            if self.queue and free > 0:
+                batch, self.queue = self.queue[:free], self.queue[free:]
+                self.launch(batch)
+            with self.timer.phase("poll"):
+                self.show_progress()
+            if self.queue or self.active or self.watched:
+                self.launcher.wait([handle for _, handle in self.active.values()], self.spec.executor.poll_seconds)
 
-    rows = collect_progress(spec, sweep_dir, jobs)
-    display.show(format_progress(spec, rows, started), changed=True, force=True)
-    failed = [row for row in rows if row.status != DONE]
-    if failed:
+    def report_failures(self, failed: list) -> int:
         for row in failed:
-            state = read_state(sweep_dir, row.job.run_id)
-            state_file = f"{sweep_dir}/state/{row.job.run_id}.json"
-            if (state.last_error or "").startswith(INPUT_ERROR_PREFIX):
-                retry = (f"rerunning fails the same way: fix the input it names, then delete {state_file} and rerun "
-                         "`sweep run`")
-            elif state.failures < max_attempts:
-                retry = "retried by the next `sweep run`"
-            else:
-                retry = f"failed {state.failures} times (executor.max_attempts); delete {state_file} to retry"
-            print(f"FAILED {row.job.variant} seed {row.job.seed}: {state.last_error}\n"
-                  f"  log: {state.log_path}\n  {retry}", file=stream)
-        tracker.finish_sweep("FAILED")
+            state = read_state(self.sweep_dir, row.job.run_id)
+            print(failure_lines(row.job, state, self.sweep_dir, self.spec.executor.max_attempts), file=self.stream)
+        self.tracker.finish_sweep("FAILED")
         return 1
-    from sweeps.finalize import finalize_sweep
 
-    with timer.phase("finalize"):
-        finalize_sweep(spec, sweep_dir, tracker, stream)
-        tracker.finish_sweep("FINISHED")
-    timer.write(sweep_dir)
-    return 0
+    def finalize(self) -> int:
+        from sweeps.finalize import finalize_sweep
+
+        with self.timer.phase("finalize"):
+            finalize_sweep(self.spec, self.sweep_dir, self.tracker, self.stream)
+            self.tracker.finish_sweep("FINISHED")
+        self.timer.write(self.sweep_dir)
+        return 0
+
+    def run(self) -> int:
+        """0 when every job is done (and the sweep finalized), 1 if any failed, 130 on Ctrl-C."""
+        with self.timer.phase("plan"):
+            self.prepare()
+        with DriverLock(self.sweep_dir, "sweep run").take(self.wait_for_driver, self.echo,
+                                                          hint="or rerun with --wait to go on once it has ended"):
+            with self.timer.phase("plan"):
+                self.prepare_files()
+                self.triage()
+            try:
+                self.loop()
+            except KeyboardInterrupt:
+                stopped = ("; the local jobs it started stopped with it and resume from their last checkpoints"
+                           if self.spec.executor.name == "local" and self.active else "")
+                print(f"\ninterrupted{stopped}: rerun `sweep run` on the same spec to resume ({self.sweep_dir})",
+                      file=self.stream)
+                return 130
+            failed = [row for row in self.show_progress(force=True) if row.status != DONE]
+            return self.report_failures(failed) if failed else self.finalize()
 
 
-__all__ = ["run_sweep", "PENDING"]
+def run_sweep(spec: SweepSpec, stream: TextIO | None = None, allow_large: bool = False, wait: bool = False) -> int:
+    """Run every job of `spec` to its target; returns 0 when all are done, 1 if any failed. More than
+    planner.LARGE_RUNS jobs are refused unless allow_large; another driver on the sweep directory is refused
+    (DriverBusyError) unless wait, which waits for it to end."""
+    return SweepDriver(spec, stream or sys.stdout, allow_large, wait).run()
+
+
+__all__ = ["run_sweep", "settle", "Outcome", "Settlement", "PENDING"]

@@ -340,8 +340,10 @@ def check_output_dir(spec: SweepSpec) -> None:
         return
     if not path.is_dir():
         raise ConfigError(f"{key}: {str(path)!r} exists and is not a directory; {fix}")
-    with os.scandir(path) as entries:
-        if next(entries, None) is None:
+    from sweeps.state import DRIVER_LOCK_FILE
+
+    with os.scandir(path) as entries:  # a driver's lock alone: the directory another driver is starting
+        if not any(entry.name != DRIVER_LOCK_FILE for entry in entries):
             return
     # The sweep's name is in sweep.json, and in the frozen spec.yaml beside it (so a sweep directory whose
     # damaged sweep.json the user removed, as its error says to, is still recognised).

@@ -95,25 +95,34 @@ def mark_done(run_dir: Path, summary: dict[str, Any]) -> None:
     write_json_atomic(run_dir / DONE_FILE, summary)
 
 
-class RunLock:
-    """An exclusive lock on a run directory while a process trains it (fcntl.flock: released by the
-    kernel when the process dies, even by kill -9, so a stale lock never blocks a resume)."""
+class FileLock:
+    """An exclusive lock on a file (fcntl.flock: released by the kernel when the holding process dies, even by
+    kill -9, so a stale lock never blocks the next holder). The holder writes one line into it: its pid, then
+    what it is (read by `holder` and `holder_pid`)."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.path = run_dir / LOCK_FILE
+    def __init__(self, path: Path, what: str = "") -> None:
+        self.path = Path(path)
+        self.what = what
         self.handle = None
 
-    def acquire(self) -> bool:
+    def try_lock(self):
+        """The locked file's handle, or None when another process holds the lock."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(self.path, "a+")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             handle.close()
+            return None
+        return handle
+
+    def acquire(self) -> bool:
+        handle = self.try_lock()
+        if handle is None:
             return False
         handle.seek(0)
         handle.truncate()
-        handle.write(f"{os.getpid()}\n")
+        handle.write(f"{os.getpid()} {self.what}".rstrip() + "\n")
         handle.flush()
         self.handle = handle
         return True
@@ -135,10 +144,33 @@ class RunLock:
 
     def holder(self) -> str:
         """The pid written into the lock by the process holding it ("?" when unreadable)."""
+        pid = self.holder_pid()
+        return "?" if pid is None else str(pid)
+
+    def holder_pid(self) -> int | None:
         try:
-            return self.path.read_text().strip() or "?"
-        except OSError:
-            return "?"
+            return int(self.path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def is_held(self) -> bool:
+        """True while some process holds the lock (checked by briefly trying to take it)."""
+        if self.handle is not None:
+            return True
+        if not self.path.exists():
+            return False
+        handle = self.try_lock()  # a probe: it writes nothing, so the holder's line stays as it was
+        if handle is None:
+            return True
+        handle.close()  # closing the only descriptor releases the lock
+        return False
+
+
+class RunLock(FileLock):
+    """The lock of a run directory while a process trains it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(Path(run_dir) / LOCK_FILE)
 
     def __enter__(self) -> "RunLock":
         if self.handle is None and not self.wait(LOCK_WAIT_SECONDS):  # already taken by wait(): keep it
@@ -150,25 +182,60 @@ class RunLock:
         self.release()
 
 
+DRIVER_LOCK_FILE = ".driver.lock"
+
+
+class DriverBusyError(ConfigError):
+    """Another driver (`sweep run` or `sweep tune`) holds the directory: one line naming its pid, exit 2."""
+
+
+class DriverLock(FileLock):
+    """One driver per sweep (or study) directory: `sweep run` and `sweep tune` hold it while they plan, launch,
+    mirror into MLflow and report. Two drivers on one directory would both mirror the same metric lines, so
+    the second is refused (or waits, with --wait); `sweep status` and `sweep cancel` never take it."""
+
+    def __init__(self, directory: Path, command: str) -> None:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+        super().__init__(Path(directory) / DRIVER_LOCK_FILE, f"{command}, started {since}")
+        self.directory = Path(directory)
+        self.command = command
+
+    def take(self, wait: bool = False, echo=print, hint: str = "or rerun once it has ended") -> "DriverLock":
+        """Hold the lock, or raise DriverBusyError naming the holder; wait=True waits for it instead."""
+        if self.acquire():
+            return self
+        if not wait:
+            raise DriverBusyError(
+                f"{self.directory} is driven by another process (pid {self.holder()}, {self.holder_what()}); "
+                f"`sweep status {self.directory}` shows its progress; let it finish (or stop it: kill "
+                f"{self.holder()}), {hint}")
+        echo(f"{self.directory}: waiting for the driver with pid {self.holder()} to end (--wait)")
+        while not self.acquire():
+            time.sleep(1.0)
+        return self
+
+    def holder_what(self) -> str:
+        try:
+            return " ".join(self.path.read_text().split()[1:]) or "a driver"
+        except OSError:
+            return "a driver"
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def __enter__(self) -> "DriverLock":
+        return self
+
+
 def is_locked(run_dir: Path) -> bool:
     """True while some process holds the run's lock (checked by briefly trying to take it)."""
-    if not (run_dir / LOCK_FILE).exists():
-        return False
-    lock = RunLock(run_dir)
-    if lock.acquire():
-        lock.release()
-        return False
-    return True
+    return RunLock(run_dir).is_held()
 
 
 def lock_holder(run_dir: Path) -> int | None:
     """The pid of the process training the run (written into its lock), or None when nobody holds it."""
-    if not is_locked(run_dir):
-        return None
-    try:
-        return int((run_dir / LOCK_FILE).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+    lock = RunLock(run_dir)
+    return lock.holder_pid() if lock.is_held() else None
 
 
 def stop_run(run_dir: Path, grace_seconds: float) -> bool:

@@ -2,13 +2,15 @@
 
 Jobs write metrics.jsonl (the source of truth) and never touch the tracking store during a sweep:
 SQLite locks up under many writers, and compute nodes often cannot reach a tracking server. The
-driver mirrors each job's new metric lines into its child run every time it polls, remembering how
-many lines of each run it mirrored in <sweep_dir>/mlflow.json, so a killed driver resumes mirroring
-without duplicates. A driver killed between logging a batch and saving that count would log the batch
-again, so each batch also carries the marker metric sweep/lines_mirrored (the count after it, in the
-same atomic log_batch) and a new driver takes the larger of the file's count and the marker's. A
-resumed job truncates metrics.jsonl to its checkpoint and recomputes the lines after it (identically
-on CPU), so lines already mirrored are never logged twice.
+driver mirrors each job's new metric lines into its child run every time it polls. Exactly once, by
+each line's identity: line i of a job's metrics.jsonl is logged with the marker metric
+sweep/lines_mirrored = i + 1 in the same atomic log_batch, so the store itself says which lines a run
+holds. A driver reads those markers once at start (whatever an earlier driver did before it died) and
+logs only the lines whose number the store lacks; the driver lock (sweeps.state.DriverLock) keeps a
+second driver from logging beside it. A resumed job truncates metrics.jsonl to its checkpoint and
+recomputes the lines after it (identically on CPU): their numbers are in the store already, so they
+are not logged again. `repair_duplicates` rebuilds a child run that holds a line twice (a sweep mirrored
+by two drivers at once before the lock existed).
 """
 
 from __future__ import annotations
@@ -95,22 +97,18 @@ class SweepTracker:
             budget = {f"budget.{key}": str(value) for key, value in dataclasses.asdict(spec.budget).items()}
             self.client.log_batch(parent.info.run_id, params=[Param(key, value) for key, value in budget.items()])
             state = {"tracking_uri": self.uri, "experiment_id": experiment_id,
-                     "parent_run_id": parent.info.run_id, "child_runs": {}, "mirrored_lines": {}}
-        state.setdefault("mirrored_lines", {})
+                     "parent_run_id": parent.info.run_id, "child_runs": {}}
+        state.pop("mirrored_lines", None)  # a count kept before lines were mirrored by identity: the store decides
         self.state = state
         self.save()  # before any child run: a kill after creating the parent leaves no parent a rerun cannot find
-        self.recount_mirrored_lines()
+        # Per job: the line numbers (1-based) its child run holds, read from the store's markers.
+        self.mirrored: dict[str, set[int]] = {run_id: self.lines_in_store(child)
+                                              for run_id, child in self.state["child_runs"].items()}
         self.add_jobs(jobs)
 
-    def recount_mirrored_lines(self) -> None:
-        """Take each run's line count from its marker metric where that is ahead of mlflow.json: an earlier driver
-        died after logging a batch but before saving its count (one query per job, at start only)."""
-        for run_id, child in self.state["child_runs"].items():
-            # The largest marker, not the run's "latest" value (MLflow's latest is by step, and a resumed job on a
-            # wall-clock compute axis can write lines at lower steps than lines mirrored before).
-            logged = max((m.value for m in self.client.get_metric_history(child, LINES_MIRRORED_KEY)), default=0)
-            if int(logged) > self.state["mirrored_lines"].get(run_id, 0):
-                self.state["mirrored_lines"][run_id] = int(logged)
+    def lines_in_store(self, child_run: str) -> set[int]:
+        """The numbers of the metrics.jsonl lines a child run holds: its marker values (one query, at start)."""
+        return {int(m.value) for m in self.client.get_metric_history(child_run, LINES_MIRRORED_KEY)}
 
     def add_jobs(self, jobs: list[Job], run_names: dict[str, str] | None = None) -> None:
         """A child run per job not tracked yet, holding its flattened recipe as params."""
@@ -124,6 +122,7 @@ class SweepTracker:
                                            tags=job_tags(job, self.state["parent_run_id"]))
             log_params(self.client, child.info.run_id, [Param(key, value) for key, value in recipe_params(job).items()])
             self.state["child_runs"][job.run_id] = child.info.run_id
+            self.mirrored[job.run_id] = set()
             self.save()  # run by run: a kill mid-loop must not leave runs a rerun creates again
 
     def log_summary(self, run_id: str | None, metrics: dict[str, float], tags: dict[str, str],
@@ -147,42 +146,38 @@ class SweepTracker:
         return self.state["experiment_id"]
 
     def mirror(self, job: Job) -> int:
-        """Log the job's complete metric lines not mirrored yet; returns how many were new.
+        """Log the job's complete metric lines its child run does not hold yet; returns how many were new.
 
-        Lines go in batches of whole lines, each ending with the marker LINES_MIRRORED_KEY, so a batch and
-        its count land together or not at all (one SQL transaction per log_batch)."""
-        from mlflow.entities import Metric
-
+        Lines go in batches of whole lines, each line with its marker LINES_MIRRORED_KEY = its number, so a
+        line and its marker land together or not at all (one SQL transaction per log_batch)."""
         path = job.run_dir / "metrics.jsonl"
         if not path.exists():
             return 0
-        done = self.state["mirrored_lines"].get(job.run_id, 0)
+        held = self.mirrored[job.run_id]
         run_id = self.state["child_runs"][job.run_id]
         batch: list = []
-        count = 0
+        numbers: list[int] = []  # the lines in `batch`
+        logged = 0
         with open(path) as handle:
             for index, line in enumerate(handle):
                 if not line.endswith("\n"):
                     break  # a line still being written
-                if index < done:
+                if index + 1 in held:
                     continue
-                record = json.loads(line)
-                step = int(record.get("step", 0))
-                stamp = int(record.get("time", time.time()) * 1000)
-                metrics = [Metric(key, float(value), stamp, step) for key, value in record.items()
-                           if key not in ("step", "time") and isinstance(value, (int, float))
-                           and not isinstance(value, bool) and math.isfinite(value)]
-                metrics.append(Metric(LINES_MIRRORED_KEY, float(index + 1), stamp, step))
+                metrics = line_metrics(json.loads(line), index + 1)
                 if batch and len(batch) + len(metrics) > BATCH_METRIC_LIMIT:
-                    self.log_metrics(run_id, batch)
-                    batch = []
+                    logged += self.log_lines(run_id, batch, numbers, held)
+                    batch, numbers = [], []
                 batch.extend(metrics)
-                count += 1
-        self.log_metrics(run_id, batch)
-        if count:
-            self.state["mirrored_lines"][job.run_id] = done + count
-            self.save()
-        return count
+                numbers.append(index + 1)
+        return logged + self.log_lines(run_id, batch, numbers, held)
+
+    def log_lines(self, run_id: str, metrics: list, numbers: list[int], held: set[int]) -> int:
+        """Log one batch of whole lines and remember their numbers as held; returns how many lines."""
+        if metrics:
+            self.log_metrics(run_id, metrics)
+        held.update(numbers)
+        return len(numbers)
 
     def log_metrics(self, run_id: str, metrics: list) -> None:
         """One log_batch, or several of BATCH_METRIC_LIMIT when a single line carries more metrics than that."""
@@ -209,6 +204,20 @@ class SweepTracker:
         self.client.set_terminated(self.state["parent_run_id"], status=status)
 
 
+def line_metrics(record: dict[str, Any], number: int) -> list:
+    """The MLflow metrics of metrics.jsonl line `number` (1-based): its finite numbers at its step, then the
+    marker LINES_MIRRORED_KEY = number that says the store holds this line."""
+    from mlflow.entities import Metric
+
+    step = int(record.get("step", 0))
+    stamp = int(record.get("time", time.time()) * 1000)
+    metrics = [Metric(key, float(value), stamp, step) for key, value in record.items()
+               if key not in ("step", "time") and isinstance(value, (int, float))
+               and not isinstance(value, bool) and math.isfinite(value)]
+    metrics.append(Metric(LINES_MIRRORED_KEY, float(number), stamp, step))
+    return metrics
+
+
 def mlflow_record(sweep_dir: Path) -> dict[str, Any] | None:
     path = sweep_dir / MLFLOW_FILE
     return read_mlflow_state(path) if path.exists() else None
@@ -219,3 +228,65 @@ def read_mlflow_state(path: Path) -> dict[str, Any]:
     from reports.mlflow_sync import read_mlflow_file
 
     return read_mlflow_file(path.parent)
+
+
+def duplicated_lines(client: Any, child_run: str) -> int:
+    """How many metrics.jsonl lines a child run holds more than once (markers logged twice)."""
+    values = [int(m.value) for m in client.get_metric_history(child_run, LINES_MIRRORED_KEY)]
+    return len(values) - len(set(values))
+
+
+def rebuild_child_run(client: Any, child_run: str, metrics_path: Path) -> str:
+    """A copy of a child run (name, tags, params, status) holding each metrics.jsonl line exactly once; the old
+    run is deleted once the copy is complete. Returns the copy's id."""
+    from mlflow.entities import Param, RunTag
+
+    old = client.get_run(child_run)
+    tags = {key: value for key, value in old.data.tags.items() if not key.startswith("mlflow.")
+            or key in ("mlflow.parentRunId", "mlflow.runName")}
+    new = client.create_run(old.info.experiment_id, run_name=old.info.run_name, tags=tags)
+    new_id = new.info.run_id
+    log_params(client, new_id, [Param(key, value) for key, value in old.data.params.items()])
+    lines = metrics_path.read_text().splitlines() if metrics_path.is_file() else []
+    batch: list = []
+    for number, line in enumerate(lines, start=1):
+        batch.extend(line_metrics(json.loads(line), number))
+        if len(batch) >= BATCH_METRIC_LIMIT // 2:
+            client.log_batch(new_id, metrics=batch)
+            batch = []
+    if batch:
+        client.log_batch(new_id, metrics=batch)
+    client.log_batch(new_id, tags=[RunTag("scalerl.rebuilt_from", child_run)])
+    if old.info.status != "RUNNING":
+        client.set_terminated(new_id, status=old.info.status)
+    return new_id
+
+
+def repair_duplicates(sweep_dir: Path, echo=print) -> int:
+    """Rebuild every child run of the sweep that holds a metrics line twice (two drivers mirrored it at once,
+    before the driver lock existed); returns how many were rebuilt. Needs the driver lock: refused, naming the
+    driver, while a `sweep run` holds the directory."""
+    from mlflow.tracking import MlflowClient
+
+    from sweeps.state import DriverLock
+
+    record = mlflow_record(sweep_dir)
+    if record is None:
+        return 0
+    client = MlflowClient(tracking_uri=record["tracking_uri"])
+    damaged = {run_id: child for run_id, child in record["child_runs"].items() if duplicated_lines(client, child)}
+    for run_id in [run_id for run_id in damaged if not (sweep_dir / "runs" / run_id / "metrics.jsonl").is_file()]:
+        echo(f"MLflow: run {damaged.pop(run_id)} of job {run_id} holds metrics lines twice, and its metrics.jsonl "
+             f"is not in {sweep_dir / 'runs' / run_id} to rebuild it from; report in the sweep's own directory")
+    if not damaged:
+        return 0
+    with DriverLock(sweep_dir, "sweep report (MLflow repair)").take():
+        for run_id, child in damaged.items():
+            count = duplicated_lines(client, child)
+            new_id = rebuild_child_run(client, child, sweep_dir / "runs" / run_id / "metrics.jsonl")
+            record["child_runs"][run_id] = new_id
+            write_json_atomic(sweep_dir / MLFLOW_FILE, record)  # the copy is the job's run from here on
+            client.delete_run(child)
+            echo(f"MLflow: run {child} of job {run_id} held {count} metrics line(s) twice; rebuilt as run {new_id} "
+                 "from its metrics.jsonl (each line once), the old run deleted")
+    return len(damaged)

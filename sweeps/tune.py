@@ -46,7 +46,7 @@ from sweeps.pruning import PRUNERS, CurveEstimate, Pruner
 from sweeps.runner import Display, job_result_field, machine_description, sweep_job_recipe
 from sweeps.spec import base_source, output_dir
 from sweeps.state import RUNNING as JOB_RUNNING
-from sweeps.state import is_done, is_locked, read_state, stop_run, write_json_atomic, write_state
+from sweeps.state import DriverLock, is_done, is_locked, read_state, stop_run, write_json_atomic, write_state
 from sweeps.trials import (COMPLETE, FAILED, PRUNED, RUNNING, TrialRecord, best_record, compute_summary, curve_points,
                            fit_trial_curve, read_records, write_record)
 from sweeps.tune_spec import VERDICT_ONLY_BUDGET_KEYS, TuneSpec, coupled_params, trial_recipe
@@ -562,4 +562,8 @@ class TuneDriver:
 
 def run_tune(spec: TuneSpec, stream: TextIO | None = None) -> int:
     """Run the study to `spec.trials` trials (resuming whatever an earlier run left); 0 when a best exists."""
-    return TuneDriver(spec, stream or sys.stdout).run()
+    tune_dir = output_dir(spec)
+    tune_dir.mkdir(parents=True, exist_ok=True)
+    # One driver per study: two would ask the study for trials and mirror the same lines into MLflow.
+    with DriverLock(tune_dir, "sweep tune").take():
+        return TuneDriver(spec, stream or sys.stdout).run()
