@@ -255,6 +255,11 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
             raise ConfigError(f"eval.control_variate: 'reference' takes the reference's probability from the torch "
                               f"model, which rollout.generator {flat['rollout.generator']!r} does not sample with; use "
                               "rollout.generator=torch or eval.control_variate=none")
+    held_out = flat.get("task.name") != "jsonl" or not flat.get("task.validation_path")  # its size is the config's
+    if held_out and flat.get("eval.num_prompts", 0) > flat.get("task.validation_size", math.inf):
+        raise ConfigError(f"eval.num_prompts: got {flat['eval.num_prompts']:,}, but the validation set holds "
+                          f"{flat['task.validation_size']:,} prompts (task.validation_size); set it to at most "
+                          f"{flat['task.validation_size']:,}, or raise task.validation_size")
     if flat.get("task.name") == "jsonl" and not flat.get("task.train_path"):
         raise ConfigError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
     if flat.get("task.name") == "embedded" and "task.max_digits" in flat:

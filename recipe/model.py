@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from components.length_control import INTERRUPTION_PHRASE
+from components.registry import ConfigError
 from recipe.tasks import THINK_CLOSE, THINK_OPEN
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -80,11 +81,18 @@ def load_model_dir(path: str | Path, dtype: str = "float32", device: str = "cpu"
     logging.disable_progress_bar()
     if dtype not in DTYPES:
         raise ValueError(f"model.dtype: got {dtype!r}, expected one of {sorted(DTYPES)}")
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    # Never the directory's own code (recipe.model_files refuses a config that asks for it before this point).
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=False)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:  # what a damaged or foreign directory raises
+        raise ConfigError(f"model.path: {path} could not be loaded as a causal LM with its tokenizer "
+                          f"({type(error).__name__}; no code from it was run); check it with `sweep plan`, or "
+                          "re-save it with save_pretrained") from None
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    model = model.to(device)
     model.scalerl_compute_dtype = DTYPES[dtype]
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer

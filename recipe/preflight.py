@@ -17,11 +17,13 @@ from typing import Any
 
 from components.registry import ConfigError
 from recipe.engines.launch import is_config_file
+from recipe.model_files import check_model_files
 from recipe.pretrained import SOURCES, is_pretrained_name, source_file
 
-# Bytes per parameter of the embedded model while it trains, all fp32: weights, gradients and AdamW's
-# two moments in the trainer (16), and the generator's copy of the weights (4).
+# Bytes per parameter while a model trains on the CPU, all fp32: weights, gradients and AdamW's two moments in the
+# trainer (16), and the generator's copy of the weights (4). On a GPU the host holds the fp32 weights while loading.
 TRAINING_BYTES_PER_PARAMETER = 20
+LOADING_BYTES_PER_PARAMETER = 4
 
 
 def machine_memory_bytes() -> int:
@@ -29,23 +31,96 @@ def machine_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def training_bytes(cfg: Any) -> int | None:
-    """Bytes the embedded model's parameters take while training (None for a model directory: its size is
-    read from the directory only when loaded)."""
+def model_parameters(cfg: Any) -> int | None:
+    """Parameters of the recipe's model: the embedded shape's, or what a model directory's config implies
+    (recipe.model_files; its config, architecture and custom code are checked on the way); None for a named
+    pretrained model or a directory that is not there (check_files names that)."""
     from recipe.config import embedded_parameters, flatten_config, to_dict
+    from recipe.model_files import model_directory_parameters
 
-    if cfg.model.path != "embedded":
+    if cfg.model.path == "embedded":
+        return embedded_parameters(flatten_config(to_dict(cfg)))
+    if is_pretrained_name(cfg.model.path) or not (Path(cfg.model.path) / "config.json").is_file():
         return None
-    return TRAINING_BYTES_PER_PARAMETER * embedded_parameters(flatten_config(to_dict(cfg)))
+    return model_directory_parameters(cfg.model.path)[0]
 
 
-def check_memory(cfg: Any, available: int, where: str) -> None:
-    """The embedded model's training state must fit in `available` bytes of `where`'s memory."""
-    needed = training_bytes(cfg)
-    if needed is not None and needed > available:
+def training_bytes(cfg: Any, on_gpu: bool = False) -> int | None:
+    """Host bytes the model's parameters take while training: its whole training state on a CPU, its fp32
+    weights while loading onto a GPU; None where the size is read only when the model loads."""
+    parameters = model_parameters(cfg)
+    if parameters is None:
+        return None
+    return (LOADING_BYTES_PER_PARAMETER if on_gpu else TRAINING_BYTES_PER_PARAMETER) * parameters
+
+
+def check_memory(cfg: Any, available: int, where: str, on_gpu: bool = False) -> None:
+    """The model's training state (on a GPU: its weights while loading) must fit in `available` bytes of `where`."""
+    needed = training_bytes(cfg, on_gpu)
+    if needed is None or needed <= available:
+        return
+    per = LOADING_BYTES_PER_PARAMETER if on_gpu else TRAINING_BYTES_PER_PARAMETER
+    what = "to load onto its GPU" if on_gpu else "to train"
+    if cfg.model.path == "embedded":
         raise ConfigError(f"model.hidden_size: the embedded model of this shape needs ~{needed / 2**30:.1f} GiB "
-                          f"to train ({TRAINING_BYTES_PER_PARAMETER} bytes a parameter), over the "
-                          f"{available / 2**30:.1f} GiB of {where}; use a smaller model shape")
+                          f"{what} ({per} bytes a parameter), over the {available / 2**30:.1f} GiB of {where}; use a "
+                          "smaller model shape")
+    raise ConfigError(f"model.path: the model in {cfg.model.path} has ~{needed / per / 1e9:.2f} B parameters (its "
+                      f"config's sizes), ~{needed / 2**30:,.1f} GiB {what} ({per} bytes a parameter), over the "
+                      f"{available / 2**30:.1f} GiB of {where}; use a smaller model, or a machine (executor) with the "
+                      "memory")
+
+
+def model_shape(cfg: Any):
+    """The recipe.memory.ModelShape of the recipe's model (None where it is read only when the model loads)."""
+    from types import SimpleNamespace
+
+    from recipe.memory import ModelShape, shape_of
+    from recipe.model_files import model_directory_parameters
+
+    model = cfg.model
+    if model.path == "embedded":
+        return ModelShape("embedded", model.hidden_size, model.intermediate_size, model.num_layers, model.num_heads,
+                          model.num_heads, model.hidden_size // model.num_heads, 200, tied=False)
+    if is_pretrained_name(model.path) or not (Path(model.path) / "config.json").is_file():
+        return None
+    config = model_directory_parameters(model.path)[1]
+    return shape_of(SimpleNamespace(**{key: value for key, value in config.items() if key.isidentifier()}))
+
+
+def check_generation_memory(cfg: Any, available: int, where: str, on_gpu: bool = False) -> None:
+    """What the plan can size of generation, held against `available` beside the training state: vLLM's CPU
+    key/value cache (rollout.vllm_cpu_kv_cache_gib), and the torch generator's key/value buffers of one decode
+    batch of the rollout (rollout.rows_per_call or decode_token_budget) and of the evaluation (eval.batch_size
+    or decode_token_budget). Prompt lengths are read only when a job runs, so they count as one token here: the
+    figures are lower bounds, and only a setting that cannot fit even so is refused."""
+    from recipe.memory import kv_cache_bytes_per_token
+
+    state = 0 if on_gpu else (training_bytes(cfg) or 0)
+    if vllm_key(cfg) is not None and not on_gpu:
+        cache = cfg.rollout.vllm_cpu_kv_cache_gib * 2**30
+        if state + cache > available:
+            room = max(0, (available - state) // 2**30)
+            raise ConfigError(f"rollout.vllm_cpu_kv_cache_gib: got {cfg.rollout.vllm_cpu_kv_cache_gib:,} GiB of vLLM "
+                              f"key/value cache, which with the training state ({state / 2**30:.1f} GiB) is over the "
+                              f"{available / 2**30:.1f} GiB of {where}; set it to at most {room}")
+        return
+    shape = model_shape(cfg)
+    if shape is None or on_gpu:
+        return
+    per_token = kv_cache_bytes_per_token(shape, cfg.model.dtype)
+    tokens = 1 + cfg.rollout.max_new_tokens
+    batches = (("rollout.rows_per_call", cfg.rollout.rows_per_call, cfg.rollout.decode_token_budget,
+                "rollout.decode_token_budget"),
+               ("eval.batch_size", cfg.eval.batch_size, cfg.eval.decode_token_budget, "eval.decode_token_budget"))
+    for key, rows, budget, budget_key in batches:
+        cache = (min(rows * tokens, budget) if budget else rows * tokens) * per_token
+        if state + cache > available:
+            shown = f"{budget_key} {budget:,}" if budget and budget < rows * tokens else f"{key} {rows:,}"
+            raise ConfigError(f"{key}: one decode batch ({shown}, {tokens} tokens a row at the least) needs "
+                              f"{cache / 2**30:,.1f} GiB of key/value cache beside the training state "
+                              f"({state / 2**30:.1f} GiB), over the {available / 2**30:.1f} GiB of {where}; lower it, "
+                              f"or set {budget_key} to bound a batch's tokens")
 
 
 def recipe_paths(cfg: Any) -> list[tuple[str, str]]:
@@ -61,22 +136,39 @@ def recipe_paths(cfg: Any) -> list[tuple[str, str]]:
 
 
 def check_files(cfg: Any) -> None:
-    """model.path is a Hugging Face model directory; task files are JSONL files of prompt/answer rows."""
+    """model.path is a loadable Hugging Face model directory (recipe.model_files); task files are JSONL files of
+    prompt/answer rows with room for the validation split and the evaluation's prompts."""
+    rows = {}
     for key, value in recipe_paths(cfg):
         path = Path(value)
         if key == "engine.sharding":
             check_accelerate_config(value)
         elif key == "model.path":
-            if not (path / "config.json").is_file():
-                what = "no such directory" if not path.exists() else "not a model directory (no config.json)"
-                raise ConfigError(f"model.path: got {value!r}, {what}; give a Hugging Face model directory "
-                                  "(save_pretrained), or `embedded` for the testbed's model")
+            check_model_files(value)
         else:
             if not path.is_file():
                 raise ConfigError(f"{key}: got {value!r}, no such file; give a JSONL file of "
                                   '{"prompt": ..., "answer": ...} rows')
             stat = path.stat()
-            check_jsonl(str(path.resolve()), stat.st_mtime_ns, stat.st_size, key)
+            rows[key] = check_jsonl(str(path.resolve()), stat.st_mtime_ns, stat.st_size, key)
+    if "task.train_path" in rows:
+        check_split_sizes(cfg, rows["task.train_path"], rows.get("task.validation_path"))
+
+
+def check_split_sizes(cfg: Any, train_rows: int, validation_rows: int | None) -> None:
+    """The held-out split leaves training rows, and the evaluation asks for no more prompts than it holds."""
+    task = cfg.task
+    if validation_rows is None:
+        if task.validation_size >= train_rows:
+            raise ConfigError(f"task.validation_size: got {task.validation_size:,}, but {task.train_path} holds "
+                              f"{train_rows:,} rows, so holding that many out leaves none to train on; set it below "
+                              f"{train_rows:,}, or give task.validation_path")
+        validation_rows, where = task.validation_size, "task.validation_size"
+    else:
+        where = f"the rows of {task.validation_path}"
+    if cfg.eval.num_prompts > validation_rows:
+        raise ConfigError(f"eval.num_prompts: got {cfg.eval.num_prompts:,}, but the validation set holds "
+                          f"{validation_rows:,} prompts ({where}); set it to at most {validation_rows:,}")
 
 
 def check_accelerate_config(value: str) -> None:
@@ -110,9 +202,10 @@ def check_sharding_machine(cfg: Any) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def check_jsonl(path: str, mtime_ns: int, size: int, key: str) -> None:
-    """Every non-empty line is a JSON object with `prompt` and `answer` (cached per file version: a plan
-    checks each job's recipe, and they share their files). Nothing of the file is echoed."""
+def check_jsonl(path: str, mtime_ns: int, size: int, key: str) -> int:
+    """Every non-empty line is a JSON object with a text `prompt` and a text or numeric `answer`, the rules the
+    task's loader applies (recipe.tasks.read_jsonl); returns the rows (cached per file version: a plan checks
+    each job's recipe, and they share their files). Nothing of the file is echoed."""
     from recipe.tasks import JsonlError, read_jsonl
 
     try:
@@ -121,6 +214,7 @@ def check_jsonl(path: str, mtime_ns: int, size: int, key: str) -> None:
         raise ConfigError(f"{key}: {error}") from None
     if not rows:
         raise ConfigError(f"{key}: {path} holds no rows; give a JSONL file of prompt/answer rows")
+    return len(rows)
 
 
 # Attention head sizes vLLM's CPU backend runs (vllm/v1/attention/backends/cpu_attn.py); another fails at the
@@ -187,9 +281,13 @@ def check_pretrained_source(cfg: Any) -> None:
 
 
 def check_can_run(cfg: Any, available: int | None = None, where: str = "this machine") -> None:
-    """Every check of this module, for a job about to run on this machine."""
+    """Every check of this module, for a job about to run on this machine: memory first (a model directory's
+    config, architecture and custom code on the way), then the files, the machine's software, the sizes."""
+    available = machine_memory_bytes() if available is None else available
+    on_gpu = cuda_devices_present()
+    check_memory(cfg, available, where, on_gpu)
     check_files(cfg)
     check_pretrained_source(cfg)
     check_sharding_machine(cfg)
     check_vllm_machine(cfg)
-    check_memory(cfg, machine_memory_bytes() if available is None else available, where)
+    check_generation_memory(cfg, available, where, on_gpu)

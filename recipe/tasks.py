@@ -202,8 +202,28 @@ def read_jsonl(path: str) -> list[dict]:
                              'e.g. {"prompt": "1+1=?", "answer": "2"}') from None
         if not isinstance(row, dict) or "prompt" not in row or "answer" not in row:
             raise JsonlError(f"{path} line {number}: a row needs 'prompt' and 'answer' fields")
+        check_row_types(row, f"{path} line {number}")
         rows.append(row)
     return rows
+
+
+def check_row_types(row: dict, where: str) -> None:
+    """A row's prompt is non-empty text and its answer text or a number: what the task renders and checks.
+    Describes a wrong value by its type, never by its content."""
+    prompt, answer = row["prompt"], row["answer"]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise JsonlError(f"{where}: 'prompt' is {json_kind(prompt)}; expected the problem as non-empty text")
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or answer == "":
+        raise JsonlError(f"{where}: 'answer' is {json_kind(answer)}; expected the reference answer as text or a "
+                         "number")
+
+
+def json_kind(value) -> str:
+    """What a parsed JSON value is, never what it says: "an object", "an array", "null", "empty text", ..."""
+    if isinstance(value, str):
+        return "empty text" if not value.strip() else "text"
+    return {dict: "an object", list: "an array", type(None): "null", bool: "a boolean", int: "a number",
+            float: "a number"}.get(type(value), "a value of another kind")
 
 
 def format_math_prompt(question: str, tokenizer) -> str:

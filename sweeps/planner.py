@@ -197,18 +197,21 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
     memory is the node's: the notes name what only the job can check (and memory is checked against
     executor.slurm.mem_gb where it is set).
     """
-    from recipe.preflight import (check_files, check_memory, check_pretrained_source, check_sharding_machine,
-                                  check_vllm_machine, machine_memory_bytes, recipe_paths, vllm_key)
+    from recipe.preflight import (check_files, check_generation_memory, check_memory, check_pretrained_source,
+                                  check_sharding_machine, check_vllm_machine, cuda_devices_present,
+                                  machine_memory_bytes, recipe_paths, vllm_key)
 
     notes, seen = [], set()
     oversubscribed = oversubscription_note(spec)
     if oversubscribed is not None:
         notes.append(oversubscribed)
+    on_gpu = cuda_devices_present()
     for job in jobs:
         if spec.executor.name == "slurm":
-            mem_gb = spec.executor.slurm.mem_gb
+            mem_gb, gpus = spec.executor.slurm.mem_gb, spec.executor.slurm.gpus_per_node > 0
             if mem_gb is not None:
-                check_memory(job.recipe, mem_gb * 2**30, "executor.slurm.mem_gb")
+                check_memory(job.recipe, mem_gb * 2**30, "executor.slurm.mem_gb", gpus)
+                check_generation_memory(job.recipe, mem_gb * 2**30, "executor.slurm.mem_gb", gpus)
             notes += [f"checked on the job's node, not here: {key} {path}" for key, path in recipe_paths(job.recipe)
                       if (key, path) not in seen and not seen.add((key, path))]
             key = vllm_key(job.recipe)
@@ -218,15 +221,17 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
                              "build: pip install -e '.[vllm]')")
             continue
         parallel = spec.executor.local.max_parallel if spec.executor.name == "local" else 1
-        check_memory(job.recipe, machine_memory_bytes() // parallel,
-                     f"this machine's memory / executor.local.max_parallel ({parallel})")
-        check_sharding_machine(job.recipe)
-        check_vllm_machine(job.recipe)
-        check_pretrained_source(job.recipe)
+        available, where = machine_memory_bytes() // parallel, f"this machine's memory / executor.local.max_parallel " \
+            f"({parallel})"
+        check_memory(job.recipe, available, where, on_gpu)
         paths = tuple(recipe_paths(job.recipe))
         if paths not in seen:
             seen.add(paths)
             check_files(job.recipe)
+        check_sharding_machine(job.recipe)
+        check_vllm_machine(job.recipe)
+        check_pretrained_source(job.recipe)
+        check_generation_memory(job.recipe, available, where, on_gpu)
     return notes
 
 

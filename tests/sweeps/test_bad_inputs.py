@@ -43,6 +43,23 @@ trials: 2
 """
 
 PASSWD = "root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
+# A llama config of a small model: a valid model directory needs only its tokenizer and weights beside it.
+TINY_CONFIG_DICT = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+                    "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 100}
+TINY_CONFIG = json.dumps(TINY_CONFIG_DICT)
+ROWS = '{"prompt": "1+1=?", "answer": "2"}\n'
+
+
+def overrides_spec(text: str) -> str:
+    return SPEC + f"overrides: {{{text}}}\n"
+
+
+def model_spec(path: str) -> str:
+    return SPEC + f"overrides: {{model: {{path: {path}}}}}\n"
+
+
+def jsonl_spec(extra: str = "") -> str:
+    return SPEC + f"overrides: {{task: {{name: jsonl, train_path: t.jsonl{', ' + extra if extra else ''}}}}}\n"
 CSV_HEADER = "run,compute,pass_rate\n"
 FIT = ["--fit-until", "150", "--target", "300"]
 
@@ -171,6 +188,51 @@ CASES = [
     fit_case("fit-window-inverted", CSV_HEADER + "a,0,0.3\n", ("--fit-until must exceed --burn-in",),
              options=["--fit-until", "100", "--burn-in", "200", "--target", "300"]),
     fit_case("fit-one-bootstrap-draw", CSV_HEADER + "a,0,0.3\n", ("--n-boot",), options=[*FIT, "--n-boot", "1"]),
+    # issue 70: model directories, data files and sizes checked at plan time by the rules the run uses
+    spec_case("model-config-cut-mid-file", model_spec("m"), ("model.path", "m/config.json is not valid JSON", "line 1"),
+              files={"m/config.json": TINY_CONFIG[:40]}),
+    spec_case("model-512-layers-no-tokenizer", model_spec("m"),
+              ("model.path", "B parameters", "GiB to train", "use a smaller model"),
+              files={"m/config.json": json.dumps({**TINY_CONFIG_DICT, "hidden_size": 65536,
+                                                  "intermediate_size": 262144, "num_hidden_layers": 512,
+                                                  "num_attention_heads": 512, "num_key_value_heads": 512})}),
+    spec_case("model-custom-code", model_spec("m"),
+              ("model.path", "config.json asks for custom code (auto_map)", "never runs code", "convert it"),
+              files={"m/config.json": json.dumps({**TINY_CONFIG_DICT, "model_type": "mine", "auto_map": {
+                  "AutoModelForCausalLM": "modeling_mine.MineForCausalLM"}}),
+                     "m/modeling_mine.py": "open('pwned', 'w').write('ran')\n"}),
+    spec_case("model-custom-tokenizer-code", model_spec("m"), ("tokenizer_config.json asks for custom code",),
+              files={"m/config.json": TINY_CONFIG, "m/tokenizer_config.json": json.dumps(
+                  {"auto_map": {"AutoTokenizer": ["tok.MineTokenizer", None]}})}),
+    spec_case("model-unknown-architecture", model_spec("m"), ("model_type", "does not build as a causal LM"),
+              files={"m/config.json": json.dumps({**TINY_CONFIG_DICT, "model_type": "notamodel"})}),
+    spec_case("model-no-tokenizer", model_spec("m"), ("model.path", "has no tokenizer", "tokenizer.save_pretrained"),
+              files={"m/config.json": TINY_CONFIG}),
+    spec_case("model-no-weights", model_spec("m"), ("model.path", "has no weights"),
+              files={"m/config.json": TINY_CONFIG, "m/tokenizer.json": "{}"}),
+    spec_case("jsonl-prompt-a-list", jsonl_spec(), ("task.train_path", "t.jsonl line 2", "'prompt' is an array"),
+              files={"t.jsonl": ROWS + '{"prompt": ["a", "b"], "answer": "1"}\n'}),
+    spec_case("jsonl-answer-a-mapping", jsonl_spec(), ("t.jsonl line 2", "'answer' is an object"),
+              files={"t.jsonl": ROWS + '{"prompt": "x", "answer": {"value": 1}}\n'}),
+    spec_case("jsonl-answer-null", jsonl_spec(), ("t.jsonl line 2", "'answer' is null"),
+              files={"t.jsonl": ROWS + '{"prompt": "x", "answer": null}\n'}),
+    spec_case("jsonl-validation-larger-than-file", jsonl_spec("validation_size: 300"),
+              ("task.validation_size: got 300", "holds 3 rows", "task.validation_path"), files={"t.jsonl": ROWS * 3}),
+    spec_case("jsonl-eval-beyond-validation-file", jsonl_spec("validation_path: v.jsonl"),
+              ("eval.num_prompts: got 128", "holds 2 prompts", "v.jsonl"),
+              files={"t.jsonl": ROWS, "v.jsonl": ROWS * 2}),
+    spec_case("eval-beyond-validation-size", overrides_spec("eval: {num_prompts: 100000}"),
+              ("eval.num_prompts: got 100,000", "256 prompts (task.validation_size)")),
+    spec_case("vllm-cpu-cache-100000-gib", overrides_spec("rollout: {generator: vllm, vllm_cpu_kv_cache_gib: 100000}"),
+              ("rollout.vllm_cpu_kv_cache_gib: got 100,000 GiB", "set it to at most")),
+    spec_case("generator-rows-beyond-memory", overrides_spec("rollout: {rows_per_call: 10000000000}"),
+              ("rollout.rows_per_call: one decode batch", "GiB of key/value cache", "decode_token_budget")),
+    spec_case("eval-batch-beyond-memory", overrides_spec("eval: {batch_size: 10000000000}"),
+              ("eval.batch_size: one decode batch",)),
+    Case("train-model-custom-code", ["train", "model.path=m"], ("model.path", "asks for custom code"),
+         files={"m/config.json": json.dumps({**TINY_CONFIG_DICT, "auto_map": {"AutoModelForCausalLM": "x.Y"}})}),
+    Case("train-jsonl-answer-null", ["train", "task.name=jsonl", "task.train_path=t.jsonl"],
+         ("task.train_path", "'answer' is null"), files={"t.jsonl": '{"prompt": "x", "answer": null}\n'}),
     # the issue's literal examples, against the real file
     spec_case("base-is-etc-passwd", SPEC + "base: /etc/passwd\n", ("base: got '/etc/passwd'", "not a recipe YAML")),
     Case("train-etc-passwd", ["train", "/etc/passwd"], ("/etc/passwd: not a recipe YAML",)),
@@ -214,6 +276,7 @@ def sandbox(tmp_path, monkeypatch):
 def test_bad_input_fails_with_one_line_and_writes_nothing(case, sandbox, capsys):
     for name, content in case.files.items():
         path = sandbox / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content) if isinstance(content, bytes) else path.write_text(content)
     for name in case.dirs:
         (sandbox / name).mkdir()
@@ -446,6 +509,31 @@ PROCESS_CASES = [
          setup=sweep_dir({"mlflow.json": '{"tracking_uri": 5}'})),
     proc_spec("run-mlflow-unknown-scheme", SPEC + "tracking: {mlflow_uri: 'foo://bar'}\noutput_dir: out\n",
          ("tracking.mlflow_uri: scheme 'foo'",), command="run"),
+    # Issue 70: what a run would load, checked before it starts, by `sweep plan` and `sweep train` alike
+    ProcessCase("train-model-512-layers-no-tokenizer", ["train", "model.path=m"], ("model.path", "GiB to train"),
+                files={"m/config.json": json.dumps({**TINY_CONFIG_DICT, "hidden_size": 65536,
+                                                    "intermediate_size": 262144, "num_hidden_layers": 512,
+                                                    "num_attention_heads": 512})}),
+    ProcessCase("train-model-config-cut-mid-file", ["train", "model.path=m"], ("m/config.json is not valid JSON",),
+                files={"m/config.json": TINY_CONFIG[:30]}),
+    ProcessCase("train-model-custom-code", ["train", "model.path=m"], ("asks for custom code", "never runs code"),
+                files={"m/config.json": json.dumps({**TINY_CONFIG_DICT, "auto_map": {"AutoModelForCausalLM": "x.Y"}}),
+                       "m/x.py": f"print('{PLANTED}')\n"}),
+    ProcessCase("plan-model-no-tokenizer", ["plan", "spec.yaml"], ("has no tokenizer",),
+                files={"spec.yaml": model_spec("m"), "m/config.json": TINY_CONFIG}),
+    ProcessCase("train-jsonl-prompt-a-list", ["train", "task.name=jsonl", "task.train_path=t.jsonl"],
+                ("t.jsonl line 1", "'prompt' is an array"),
+                files={"t.jsonl": f'{{"prompt": ["{PLANTED}"], "answer": 1}}\n'}),
+    ProcessCase("train-jsonl-validation-larger-than-file", ["train", "task.name=jsonl", "task.train_path=t.jsonl"],
+                ("task.validation_size: got 256", "holds 2 rows"), files={"t.jsonl": ROWS * 2}),
+    ProcessCase("train-eval-beyond-validation-size", ["train", "eval.num_prompts=5000"],
+                ("eval.num_prompts: got 5,000",)),
+    ProcessCase("train-vllm-cpu-cache-100000-gib", ["train", "rollout.generator=vllm",
+                                                    "rollout.vllm_cpu_kv_cache_gib=100000"],
+                ("rollout.vllm_cpu_kv_cache_gib: got 100,000 GiB",)),
+    proc_spec("plan-vllm-cpu-cache-100000-gib",
+              overrides_spec("rollout: {generator: vllm, vllm_cpu_kv_cache_gib: 100000}"),
+              ("rollout.vllm_cpu_kv_cache_gib",)),
     # Memory and time: checks that need no allocation come first; nothing is enumerated or expanded whole
     proc_tune("tune-G-range-of-10-8", TUNE.replace("optimizer.lr: {type: float, low: 1.0e-5, high: 3.0e-4, log: true}",
                                               G_RANGE) + "total_batch: 256\n",
