@@ -30,12 +30,13 @@ from components.precision import HeadPrecision
 from recipe.advantages import filter_and_normalize
 from recipe.checkpoint import load_checkpoint, save_checkpoint
 from recipe.compute import ComputeMeter, ModelShape, clock_for, clocks, since
-from recipe.config import ConfigError, RecipeConfig, load_recipe, resolved_yaml, run_id, to_dict
-from recipe.evaluation import compute_of, evaluate, evaluation_due, evaluation_steps, score
+from recipe.config import ConfigError, RecipeConfig, load_recipe, resolved_yaml, run_id
+from recipe.evaluation import evaluate, score
 from recipe.generator import Rollout, TorchGenerator
+from recipe.ledger import RunLedger
 from recipe.model import load_model_dir
 from recipe.tasks import build_task
-from recipe.tracking import Tracker, write_phase, write_text_atomic
+from recipe.tracking import write_phase, write_text_atomic
 from recipe.trainer import TrainBatch, build_optimizer, train_step
 from recipe.pretrained import is_pretrained_name, pretrained_dir
 from recipe.warm_start import cache_root, warm_start_dir
@@ -233,28 +234,6 @@ def train_on(minibatch: Minibatch, version: int, run: "Run") -> dict[str, float]
     return metrics
 
 
-class Averager:
-    """Means of the train/rollout metrics of the steps since the last evaluation point (maxima for `*_max` keys)."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.counts: dict[str, int] = {}
-
-    def add(self, metrics: dict[str, float]) -> None:
-        for key, value in metrics.items():
-            if key.endswith("_max"):
-                self.sums[key] = max(self.sums.get(key, value), value)
-                self.counts[key] = 1
-            else:
-                self.sums[key] = self.sums.get(key, 0.0) + value
-                self.counts[key] = self.counts.get(key, 0) + 1
-
-    def pop(self) -> dict[str, float]:
-        means = {key: self.sums[key] / self.counts[key] for key in sorted(self.sums)}
-        self.sums, self.counts = {}, {}
-        return means
-
-
 def prepare_run_dir(cfg: RecipeConfig, run_dir: Path) -> None:
     """Create run_dir with config.yaml; refuse a directory that belongs to a different config.
 
@@ -408,7 +387,10 @@ class Run:
     """Everything a run carries between steps, loaded from the run directory (resumed from its checkpoint).
 
     Both native schedules use it: the synchronous loop (recipe/engines/native.py) and the PipelineRL
-    trainer process (recipe/engines/pipeline.py). `extra` holds the checkpoint's schedule-specific fields.
+    trainer process (recipe/engines/pipeline.py). Its bookkeeping (compute, pending metrics, evaluation and
+    checkpoint schedules, records) is the run ledger every engine keeps (recipe/ledger.py); the model, the
+    optimizer and the random streams are the native engine's own. `extra` holds the checkpoint's
+    schedule-specific fields.
     """
 
     def __init__(self, cfg: RecipeConfig, run_dir: Path, device: str, devices: int) -> None:
@@ -423,32 +405,35 @@ class Run:
         self.optimizer, self.schedule = build_optimizer(self.model, cfg.optimizer)
         self.c.curriculum.reset(len(self.task.train), cfg.seed)
         self.shape = ModelShape.of(self.model)
-        self.meter = ComputeMeter(devices=devices, clock=clock_for(device))  # a checkpoint's clock replaces it
-        self.pending = Averager()
         torch.manual_seed(cfg.seed)
         self.rngs = rollout_rngs(cfg, device)
         self.eval_kwargs = evaluation_kwargs(cfg, self.c)
-        self.eval_steps = evaluation_steps(cfg.eval.every_steps, cfg.eval.points_per_doubling, cfg.max_steps,
-                                           cfg.eval.min_gap_steps)
-        self.step = self.last_checkpoint = 0
-        self.last_checkpoint_time = time.monotonic()
-        self.extra: dict = {}
         checkpoint = load_checkpoint(self.run_dir)
         self.resumed = checkpoint is not None
+        self.extra: dict = {}
         if checkpoint is not None:
             self.model.load_state_dict(checkpoint["model"])
             self.optimizer.load_state_dict(checkpoint["optimizer"])
             self.schedule.load_state_dict(checkpoint["schedule"])
-            self.c.curriculum.load_state_dict(checkpoint["curriculum"])
-            self.meter.load_state_dict(checkpoint["compute"])
-            self.pending.sums, self.pending.counts = checkpoint["pending"]
             self.rngs["torch"].set_state(checkpoint["rng"]["torch"])
             self.rngs["numpy"].bit_generator.state = checkpoint["rng"]["numpy"]
             torch.set_rng_state(checkpoint["rng"]["global"])
-            self.step = self.last_checkpoint = checkpoint["step"]
             self.extra = checkpoint.get("extra", {})
-        self.tracker = Tracker(self.run_dir, cfg.tracking, to_dict(cfg), run_id(cfg),
-                               None if checkpoint is None else self.step)
+        meter = ComputeMeter(devices=devices, clock=clock_for(device))  # a checkpoint's clock replaces it
+        self.ledger = RunLedger(cfg, self.run_dir, meter, self.c.curriculum, checkpoint)
+
+    # The ledger's parts, as the engines' loops read them.
+    meter = property(lambda self: self.ledger.meter)
+    pending = property(lambda self: self.ledger.pending)
+    tracker = property(lambda self: self.ledger.tracker)
+
+    @property
+    def step(self) -> int:
+        return self.ledger.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.ledger.step = value
 
     @property
     def generator(self):
@@ -460,40 +445,28 @@ class Run:
     def evaluate(self) -> dict:
         """Evaluate now, log the record (train metrics since the last one, curriculum, compute) and return it."""
         started = time.perf_counter()
-        record = {"step": self.step, **evaluate(self.generator, self.task, step=self.step, policy_version=self.step,
-                                                compute=self.compute(), **self.eval_kwargs)}
+        results = evaluate(self.generator, self.task, step=self.step, policy_version=self.step,
+                           compute=self.compute(), **self.eval_kwargs)
         self.meter.evaluation_seconds += time.perf_counter() - started
-        record.update(self.pending.pop())
-        record.update(self.c.curriculum.metrics())
-        record.update(self.meter.metrics())
-        self.tracker.log(record)
-        return record
+        return self.ledger.record(self.step, results)
 
     def compute(self) -> float:
         """The compute spent so far in eval.compute_unit (what places and sizes evaluations by compute)."""
-        return compute_of(self.meter.metrics(), self.step, self.cfg.eval.compute_unit)
+        return self.ledger.compute()
 
     def eval_due(self) -> bool:
-        """recipe.evaluation.evaluation_due: a scheduled step, or the first step past an eval.at_compute point."""
-        records, unit = self.tracker.records, self.cfg.eval.compute_unit
-        last = compute_of(records[-1], records[-1]["step"], unit) if records else None
-        return evaluation_due(self.cfg.eval, self.step, self.eval_steps, self.compute(), last)
+        return self.ledger.eval_due()
 
     def checkpoint_due(self) -> bool:
-        """every_steps steps, or every_minutes of wall-clock, since the last checkpoint; and the last step."""
-        every = self.cfg.checkpoint
-        return (self.step - self.last_checkpoint >= every.every_steps or self.step == self.cfg.max_steps
-                or (self.step > self.last_checkpoint
-                    and time.monotonic() - self.last_checkpoint_time >= 60 * every.every_minutes))
+        return self.ledger.checkpoint_due()
 
     def save(self, extra: dict | None = None) -> None:
+        ledger = self.ledger.state_dict()
         save_checkpoint(self.run_dir, {
-            "step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "schedule": self.schedule.state_dict(), "curriculum": self.c.curriculum.state_dict(),
-            "compute": self.meter.state_dict(), "pending": (self.pending.sums, self.pending.counts),
+            **ledger, "pending": tuple(ledger["pending"]), "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
             "rng": {"torch": self.rngs["torch"].get_state(), "numpy": self.rngs["numpy"].bit_generator.state,
                     "global": torch.get_rng_state()},
             "extra": extra or {},
         })
-        self.last_checkpoint = self.step
-        self.last_checkpoint_time = time.monotonic()
+        self.ledger.checkpointed()
