@@ -187,7 +187,7 @@ class CheckpointConfig:
 @dataclass(frozen=True)
 class EngineConfig:
     # Who trains the recipe: "native" (recipe/engines/native.py, PipelineRL in recipe/engines/pipeline.py)
-    # or "trl" (Hugging Face TRL's GRPOTrainer, `pip install -e '.[trl]'`; recipe/engines/trl.py).
+    # or "trl" (Hugging Face TRL's GRPOTrainer, `pip install -e '.[trl]'`; recipe/engines/trl/).
     # Which recipe choices each can run: recipe/engines/support.py (README: "Engines").
     name: str = "native"
     # trl only: processes per job, one GPU each; > 1 runs the job under `accelerate launch`.

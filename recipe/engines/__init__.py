@@ -2,7 +2,7 @@
 
     native    recipe/engines/native.py    the synchronous loop (PPO-off-policy-k), one process
               recipe/engines/pipeline.py  PipelineRL-k: a generator and a trainer process in flight
-    trl       recipe/engines/trl.py       Hugging Face TRL's GRPOTrainer (accelerate, optional vLLM)
+    trl       recipe/engines/trl/       Hugging Face TRL's GRPOTrainer (accelerate, optional vLLM)
 
 Every engine keeps the same contract, so fitting, reports, MLflow, tune and resume do not care which
 one trained: config.yaml and metrics.jsonl in the run directory (the validation pass rate at the

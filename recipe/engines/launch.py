@@ -114,7 +114,7 @@ MIXED_PRECISION = {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}
 
 def launch_command(run_dir: str | Path, num_processes: int, sharding: str = "none", dtype: str = "float32", *,
                    port: int | None = None, machines: Machines | None = None) -> list[str]:
-    """accelerate starts recipe/engines/trl.py once per GPU; each process reads the recipe from run_dir/config.yaml.
+    """accelerate starts recipe/engines/trl/ once per GPU; each process reads the recipe from run_dir/config.yaml.
 
     port None prints a placeholder (what `sweep plan --verbose` shows: the port is chosen at launch).
     machines None: inside a submitit SLURM job, that job's nodes (slurm_machines); elsewhere one machine.

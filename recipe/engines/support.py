@@ -1,7 +1,7 @@
 """Which recipe choices each training engine can run, and how: the one place that decides it.
 
 A row per (axis, choice): how the native engine runs it, and how TRL's GRPOTrainer does (a config
-field it has, an extension point we fill in recipe/engines/trl.py, or a refusal with the fix).
+field it has, an extension point we fill in recipe/engines/trl/, or a refusal with the fix).
 `check_engine` refuses a recipe before any job starts; `support_table` prints the README's table.
 Torch-free: the sweep planner calls it.
 """

@@ -84,7 +84,7 @@ def reload_weights_on_sync(vllm_generation) -> None:
 
 
 def vllm_interrupting_rollout(prompts: list, trainer) -> dict:
-    """interrupting_rollout (recipe/engines/trl.py) on TRL's colocated engine, each row to its own budget.
+    """interrupting_rollout (recipe/engines/trl/rollout.py) on TRL's colocated engine, each row to its own budget.
 
     TRL has loaded this step's weights before calling the rollout function. Budgets and sampling seeds come from
     streams seeded by (seed, step, process), as the transformers path's budgets; the phrase's tokens carry

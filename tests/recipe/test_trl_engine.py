@@ -285,7 +285,7 @@ def test_a_launched_process_that_dies_of_an_input_error_fails_the_job_as_an_inpu
     ConfigError, which a sweep reports once and does not retry (sweeps/job.py: INPUT_ERROR); any other death
     stays a RuntimeError, which it retries. The launched program is a real process raising the real classes
     inside main's input_errors_reported (a subclass, ParameterError, counts too)."""
-    import recipe.engines.trl as trl_engine
+    import recipe.engines.trl.processes as trl_processes
     from recipe.engines.trl import INPUT_ERROR_FILE, launch_processes
 
     repo = str(Path(__file__).resolve().parents[2])
@@ -298,7 +298,7 @@ def test_a_launched_process_that_dies_of_an_input_error_fails_the_job_as_an_inpu
                        "from recipe.engines.trl import input_errors_reported\n"
                        f"with input_errors_reported(Path({str(run_dir)!r})):\n    {statement}")
             return [sys.executable, "-c", program]
-        monkeypatch.setattr(trl_engine, "launch_command", command)
+        monkeypatch.setattr(trl_processes, "launch_command", command)
 
     dies_of("raise ParameterError('curriculum', 'every prompt retired; raise task.train_size')")
     with pytest.raises(ConfigError, match="curriculum: every prompt retired; raise task.train_size"):
