@@ -150,7 +150,7 @@ def kv_cache_bytes_per_token(shape: ModelShape, compute_dtype: str = "bfloat16")
 
 def generator_weight_bytes(shape: ModelShape, compute_dtype: str = "bfloat16") -> int:
     """The PipelineRL generator's weights: the body's Linear weights in the compute dtype, the rest fp32
-    (recipe.engines.pipeline.hold_in_publish_dtypes)."""
+    (recipe.engines.pipeline_channel.hold_in_publish_dtypes)."""
     linear = linear_parameters(shape)
     return 4 * (parameter_count(shape) - linear) + (4 if compute_dtype == "float32" else 2) * linear
 

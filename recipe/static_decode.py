@@ -67,7 +67,7 @@ def compute_dtype_copy(model):
     the arithmetic is the same; every other tensor (embeddings, norms, the head) is the model's own, shared.
     Costs 2 bytes per Linear weight of device memory (the native engine's trainer and generator share one
     fp32 model); cached per model. (None, None) for an fp32 body, and for a model whose Linear weights are
-    in the compute dtype already (the PipelineRL generator's: recipe.engines.pipeline.hold_in_publish_dtypes).
+    in the compute dtype already (the PipelineRL generator's: recipe.engines.pipeline_channel.hold_in_publish_dtypes).
     """
     parts = lm_parts(model)
     linears = [m for m in parts.body.modules() if isinstance(m, torch.nn.Linear)]

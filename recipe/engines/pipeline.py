@@ -42,6 +42,9 @@ trainer waits to overwrite version v - 2 until the generator has moved past it. 
 function of its config and seed: the same tokens and curve on any machine and under any load; what
 the machine's speed changes is how long each role waits for the other in real time.
 
+The channels between the processes (shared-memory weights, queues, waits) are recipe/engines/pipeline_channel.py;
+modeled timing's two clocks are recipe/engines/pipeline_timing.py.
+
 Failure: if a role dies (an exception, kill -9, out of memory) the supervisor stops the other and
 raises RoleDiedError naming the role and the cause within seconds. Rerunning resumes from the
 trainer's last checkpoint: orders handed out but not trained on are handed out again and their
@@ -53,11 +56,9 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import signal
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,262 +67,25 @@ import torch
 
 from components import REGISTRIES
 from components.registry import ConfigError
-from recipe.compute import ModelShape, clocks, since, training_flops
+from recipe.compute import ModelShape, clocks, since
 from recipe.config import RecipeConfig
 from recipe.generator import Rollout
 from recipe.run import (Run, Samples, assemble_minibatch, build_components, build_generator, configure_cuda,
                         devices_held, model_directory, prepare_run_dir, random_streams, role_device, sample_groups,
                         train_on)
-from recipe.model import lm_parts, load_model_dir
+from recipe.engines.pipeline_channel import (POLL_SECONDS, Channels, RunStopping, SharedMemoryWeights,
+                                             hold_in_publish_dtypes, supervisor_gone, wait_get, wait_until)
+from recipe.engines.pipeline_timing import ModeledGeneratorClock, ModeledTrainerClock
+from recipe.model import load_model_dir
 from recipe.process_exit import skip_final_collections
 from recipe.tasks import build_task
 from recipe.tracking import read_metrics
 
-POLL_SECONDS = 0.2  # how often a waiting role checks that the others are still there
-MODELED_POLL_SECONDS = 0.001  # how often a role waiting on the other's real progress (modeled timing) looks
 ROLES_FILE = "pipeline.json"  # pids of the run's processes (the kill tests read it)
 
 
 class RoleDiedError(RuntimeError):
     """A PipelineRL role process died; the message names the role and why."""
-
-
-SHM_DIR = "/dev/shm"  # where torch's CPU shared memory lives (shm_open) on Linux
-
-
-def publish_dtypes(model) -> dict[str, torch.dtype]:
-    """The dtype each weight is published in: the body's Linear weights and biases in the compute dtype
-    (bf16 for a bf16 recipe), everything else (embeddings, norms, the output head) as it is.
-
-    Under the generator's autocast a Linear layer multiplies in the compute dtype, rounding its fp32
-    weights to it at every call, so publishing them already rounded changes no generated token and
-    halves the bytes of most of the model; embeddings, norms and the head (the FP32 head) compute in
-    fp32 and keep their fp32 values. A float32 recipe publishes everything in fp32, as before.
-    """
-    parts = lm_parts(model)
-    head = {id(p) for p in parts.head.parameters()}
-    rounded = {id(p) for module in parts.body.modules() if isinstance(module, torch.nn.Linear)
-               for p in module.parameters(recurse=False) if id(p) not in head}
-    named = dict(model.named_parameters(remove_duplicate=False))
-    return {name: parts.compute_dtype if name in named and id(named[name]) in rounded and tensor.is_floating_point()
-            else tensor.dtype for name, tensor in model.state_dict().items()}
-
-
-def hold_in_publish_dtypes(model) -> None:
-    """Keep each of the generator's weights in the dtype it is published in (publish_dtypes): a bf16 recipe's
-    body Linear weights in bf16, half their fp32 bytes, and no decode step casts them again. The generator
-    decodes under the same autocast, which multiplies in bf16 either way, so its tokens and logprobs are
-    unchanged bit for bit; the head keeps its fp32 weight for the FP32 head."""
-    dtypes = publish_dtypes(model)
-    for name, parameter in model.named_parameters():
-        if dtypes.get(name, parameter.dtype) != parameter.dtype:
-            parameter.data = parameter.data.to(dtypes[name])
-
-
-def distinct_state(model) -> dict[str, torch.Tensor]:
-    """The model's state dict with each tensor once: tied weights (a head tied to the embeddings) share their
-    storage and are published and received under their first name."""
-    seen, distinct = set(), {}
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            distinct[name] = tensor
-    return distinct
-
-
-def check_shm_space(needed: int, directory: str = SHM_DIR) -> None:
-    """Fail before allocating when the weight channel would not fit in shared memory (a container's default
-    /dev/shm is 64 MB: torch would die later with a bus error or 'No space left on device')."""
-    if not os.path.isdir(directory):
-        return
-    free = shutil.disk_usage(directory).free
-    if needed > free:
-        raise RuntimeError(f"PipelineRL needs {needed / 2**20:,.0f} MiB of shared memory for its weight channel (two "
-                           f"copies of the published weights) but {directory} has {free / 2**20:,.0f} MiB free; "
-                           "enlarge it (docker run --shm-size=<size>, or mount -o remount,size=<size> /dev/shm) or "
-                           "use off_policy ppo_off_policy")
-
-
-class SharedMemoryWeights:
-    """The weight channel on one machine: two shared-memory copies of the weights, double-buffered.
-
-    publish(model, version) writes the trainer's weights (in publish_dtypes: bf16 for a bf16 recipe, the
-    head fp32; tied weights once) into the slot the generator is not reading, then makes it the latest; receive(model)
-    copies the latest slot into the generator's model in place (its KV cache stays as it is). Each slot
-    has its own lock, held while it is written or read, so the generator reads the newest complete
-    weights while the trainer writes the next ones, and a reader never sees half-written weights; the
-    trainer waits only if the generator is still reading the older slot it is about to overwrite.
-    On GPUs the same two calls would be CUDA IPC handles or an NCCL broadcast.
-    """
-
-    SLOTS = 2
-
-    def __init__(self, ctx) -> None:
-        self.locks = [ctx.Lock() for _ in range(self.SLOTS)]
-        self.latest = ctx.Value("i", 0, lock=False)  # the slot holding the newest complete weights
-        self.versions = [ctx.Value("q", -1, lock=False) for _ in range(self.SLOTS)]
-        self.published_at = [ctx.Value("d", 0.0, lock=False) for _ in range(self.SLOTS)]
-        self.tensors: list[dict[str, torch.Tensor]] | None = None  # attached in each process
-
-    @property
-    def version(self):
-        """The newest published version (a shared value: .value)."""
-        return self.versions[self.latest.value]
-
-    def create(self, model) -> list[dict[str, torch.Tensor]]:
-        """Trainer side: allocate both slots in shared memory (to hand to the generator once)."""
-        dtypes = publish_dtypes(model)
-        state = distinct_state(model)
-        check_shm_space(self.SLOTS * sum(t.numel() * dtypes[name].itemsize for name, t in state.items()))
-        self.tensors = [{name: torch.empty(t.shape, dtype=dtypes[name]).share_memory_() for name, t in state.items()}
-                        for _ in range(self.SLOTS)]
-        return self.tensors
-
-    @torch.no_grad()
-    def publish(self, model, version: int) -> None:
-        slot = 1 - self.latest.value  # the slot no reader was sent to last
-        with self.locks[slot]:
-            for name, tensor in distinct_state(model).items():
-                self.tensors[slot][name].copy_(tensor)
-            self.versions[slot].value = version
-            self.published_at[slot].value = time.time()
-        self.latest.value = slot
-
-    @torch.no_grad()
-    def receive_version(self, model, version: int) -> bool:
-        """Load exactly `version` if a slot holds it (False if none does yet: not published, or overwritten)."""
-        for slot in range(self.SLOTS):
-            if self.versions[slot].value == version:
-                with self.locks[slot]:
-                    if self.versions[slot].value != version:  # overwritten while this waited for the lock
-                        return False
-                    for name, tensor in distinct_state(model).items():
-                        tensor.copy_(self.tensors[slot][name])
-                    return True
-        return False
-
-    @torch.no_grad()
-    def receive(self, model) -> tuple[int, float]:
-        """Load the newest published weights; returns (their version, seconds since they were published)."""
-        slot = self.latest.value
-        with self.locks[slot]:
-            for name, tensor in distinct_state(model).items():
-                tensor.copy_(self.tensors[slot][name])
-            return self.versions[slot].value, time.time() - self.published_at[slot].value
-
-
-@dataclass
-class Channels:
-    """What the supervisor creates and hands to both roles."""
-
-    weights: SharedMemoryWeights
-    orders: Any  # trainer -> generator: (order index, prompt ids)
-    groups: Any  # generator -> trainer: finished groups
-    handoff: Any  # trainer -> generator, once: the shared weight tensors
-    events: Any  # roles -> supervisor: ("eval", record) / ("step", step, meter) / ("done",) /
-    #              ("error", role, text, the message of a ConfigError or None)
-    acks: Any  # supervisor -> trainer, after each eval: "continue" or "stop"
-    pause: Any  # set while the trainer evaluates: the generator holds still
-    stop: Any  # set by the supervisor when the run ends
-    supervisor_pid: int
-    # Modeled timing only: trainer -> generator, (step v, the modeled time its weights v + 1 are published),
-    # posted before step v trains; the version the generator has loaded and the last order it has sampled
-    # (the trainer reads them before it overwrites a slot).
-    schedule: Any = None
-    generator_version: Any = None
-    generator_done: Any = None
-
-
-def supervisor_gone(channels: Channels) -> bool:
-    """A role whose supervisor died (kill -9 of the job) must not live on."""
-    return os.getppid() != channels.supervisor_pid
-
-
-class RunStopping(Exception):
-    """Raised inside a role's wait when the run stops or the supervisor is gone: the role winds down."""
-
-
-def wait_until(ready: Callable[[], bool], channels: Channels) -> float:
-    """Poll `ready` until it holds; the seconds waited. RunStopping when the run stops meanwhile."""
-    started = time.perf_counter()
-    while not ready():
-        if channels.stop.is_set() or supervisor_gone(channels):
-            raise RunStopping
-        time.sleep(MODELED_POLL_SECONDS)
-    return time.perf_counter() - started
-
-
-def wait_get(q, channels: Channels, on_wait: Callable[[float], None] | None = None):
-    """q.get() that gives up when the run stops or the supervisor is gone (returns None)."""
-    while not channels.stop.is_set() and not supervisor_gone(channels):
-        started = time.perf_counter()
-        try:
-            return q.get(timeout=POLL_SECONDS)
-        except queue.Empty:
-            if on_wait is not None:
-                on_wait(time.perf_counter() - started)
-    return None
-
-
-# --------------------------------------------------------------------------------- modeled timing
-
-class ModeledTrainerClock:
-    """The trainer's side of modeled timing, in the generator's FLOPs (the generator computes 1 a unit of time).
-
-    Step v starts at max(end of step v - 1, when order v's last group was done) and lasts its training
-    FLOPs / trainer_speed; its end is when version v + 1 is published. A run (or a resume) starts at 0.
-    """
-
-    def __init__(self, trainer_speed: float, shape: ModelShape) -> None:
-        self.speed, self.shape = trainer_speed, shape
-        self.end = 0.0  # the end of the last step scheduled (the publication of the weights the run starts from)
-
-    def schedule(self, minibatch, order_done: float) -> tuple[float, float, float]:
-        """(the step's modeled end, the modeled time it waited for its groups, its modeled duration)."""
-        flops = training_flops(self.shape, *minibatch.trained_lengths())  # 0 when every group was filtered
-        waited = max(0.0, order_done - self.end)
-        self.end = max(self.end, order_done) + flops / self.speed
-        return self.end, waited, flops / self.speed
-
-
-class ModeledGeneratorClock:
-    """The generator's side of modeled timing: its time (the FLOPs it has run) and the trainer's posted ends.
-
-    Versions up to `start_version` are published at time 0 (the run's or the resume's start); version
-    v + 1 is published at ends[v], read from the schedule queue in step order as the trainer posts them.
-    """
-
-    def __init__(self, shape: ModelShape, channels: Channels, k: int, start_version: int) -> None:
-        self.shape, self.channels, self.k, self.start = shape, channels, k, start_version
-        self.now = 0.0
-        self.ends: dict[int, float] = {}
-
-    def end_of(self, step: int) -> float:
-        """The modeled publication of version step + 1; waits for the trainer to post it."""
-        while step not in self.ends:
-            posted = wait_get(self.channels.schedule, self.channels)
-            if posted is None:
-                raise RunStopping
-            self.ends[posted[0]] = posted[1]
-        return self.ends[step]
-
-    def start_order(self, order: int) -> float:
-        """Order b is handed out when step b - k - 1 ends (the first k + 1 at the start); the modeled idle time."""
-        handed_out = self.end_of(order - self.k - 1) if order - self.k - 1 >= self.start else 0.0
-        idle = max(0.0, handed_out - self.now)
-        self.now += idle
-        return idle
-
-    def due_version(self, loaded: int, order: int) -> int:
-        """The newest version published by now: v + 1 once step v ended, for the steps of orders already
-        sampled (step `order` trains on the order being sampled: it cannot have ended)."""
-        version = loaded
-        while version < order and self.end_of(version) <= self.now:
-            version += 1
-        return version
-
-    def charge(self, tokens: int, context: int) -> None:
-        self.now += self.shape.forward_flops(tokens, context)
 
 
 # ----------------------------------------------------------------------------------------- groups
@@ -391,6 +155,44 @@ def enter_role(device: str, role: str, mode) -> str:
     return device
 
 
+def receive_groups(channels: Channels, index: int, P: int) -> list[dict] | None:
+    """The P groups of order `index`, as the generator streams them in order (None: the run stopped)."""
+    items = []
+    while len(items) < P:
+        item = wait_get(channels.groups, channels)
+        if item is None:
+            return None
+        if item["order"] != index:
+            raise RuntimeError(f"trainer expected groups of order {index}, got order {item['order']}")
+        items.append(item)
+    return items
+
+
+def pipeline_metrics(metrics: dict, seconds: dict, queue_depth: int, stats: dict, last_stats: dict | None,
+                     modeled: tuple[float, float] | None) -> dict[str, float]:
+    """The pipeline/* metrics of one trainer step: seconds {waited, step, published, trained} of the trainer,
+    the generator's stats shipped with the order's groups (and those of the order before), and under modeled
+    timing the step's (modeled wait, modeled duration)."""
+    out = {
+        "pipeline/trainer_idle_frac": seconds["waited"] / max(seconds["step"], 1e-9),
+        "pipeline/queue_depth": float(queue_depth),
+        "pipeline/publish_seconds": seconds["published"],
+        "pipeline/trainer_tokens_per_s": metrics.get("train/tokens", 0.0) / max(seconds["trained"], 1e-9),
+        "pipeline/generator_tokens_per_s": stats["tokens"] / max(stats["busy"], 1e-9),
+        "pipeline/weight_updates_per_order": float(stats["updates"]),
+    }
+    if stats["latencies"]:
+        out["pipeline/publish_latency_s"] = float(np.mean(stats["latencies"]))
+    if modeled is not None:  # the modeled timeline's waits, as fractions of each role's modeled time
+        out["pipeline/modeled_trainer_idle_frac"] = modeled[0] / max(modeled[0] + modeled[1], 1e-9)
+        out["pipeline/modeled_generator_idle_frac"] = stats["modeled_idle_frac"]
+    if last_stats is not None:
+        busy = stats["busy_total"] - last_stats["busy_total"]
+        idle = stats["idle_total"] - last_stats["idle_total"]
+        out["pipeline/generator_idle_frac"] = idle / max(busy + idle, 1e-9)
+    return out
+
+
 def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: str, stop_at_step: int | None) -> None:
     mode = REGISTRIES["off_policy"].build(cfg.off_policy)
     held = devices_held(cfg, device)  # of the job's device ("cuda"), before this role takes its own
@@ -432,14 +234,9 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         index = run.step
         # 1. Wait for the P groups of minibatch `index` (the generator streams them in order).
         waited = time.perf_counter()
-        items = []
-        while len(items) < P:
-            item = wait_get(channels.groups, channels)
-            if item is None:
-                return
-            if item["order"] != index:
-                raise RuntimeError(f"trainer expected groups of order {index}, got order {item['order']}")
-            items.append(item)
+        items = receive_groups(channels, index, P)
+        if items is None:
+            return
         waited = time.perf_counter() - waited
         queue_depth = channels.groups.qsize()
         # 2. One optimizer step at version `index`, then publish version index + 1.
@@ -467,23 +264,9 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         run.meter.cpu_seconds += minibatch.cpu_seconds + cpu  # the generator's order + this step
         # 3. Pipeline metrics of this step.
         stats = items[0]["stats"]
-        metrics.update({
-            "pipeline/trainer_idle_frac": waited / max(step_seconds, 1e-9),
-            "pipeline/queue_depth": float(queue_depth),
-            "pipeline/publish_seconds": published,
-            "pipeline/trainer_tokens_per_s": metrics.get("train/tokens", 0.0) / max(trained, 1e-9),
-            "pipeline/generator_tokens_per_s": stats["tokens"] / max(stats["busy"], 1e-9),
-            "pipeline/weight_updates_per_order": float(stats["updates"]),
-        })
-        if stats["latencies"]:
-            metrics["pipeline/publish_latency_s"] = float(np.mean(stats["latencies"]))
-        if modeled is not None:  # the modeled timeline's waits, as fractions of each role's modeled time
-            metrics["pipeline/modeled_trainer_idle_frac"] = modeled_wait / max(modeled_wait + modeled_busy, 1e-9)
-            metrics["pipeline/modeled_generator_idle_frac"] = stats["modeled_idle_frac"]
-        if last_generator_stats is not None:
-            busy = stats["busy_total"] - last_generator_stats["busy_total"]
-            idle = stats["idle_total"] - last_generator_stats["idle_total"]
-            metrics["pipeline/generator_idle_frac"] = idle / max(busy + idle, 1e-9)
+        timings = {"waited": waited, "step": step_seconds, "published": published, "trained": trained}
+        metrics.update(pipeline_metrics(metrics, timings, queue_depth, stats, last_generator_stats,
+                                        (modeled_wait, modeled_busy) if modeled is not None else None))
         last_generator_stats = stats
         run.pending.add(metrics)
         channels.events.put(("step", run.step, run.meter.state_dict()))

@@ -19,7 +19,8 @@ from components import REGISTRIES
 from recipe.generator import generate
 from recipe.engines import train
 from recipe.model import lm_parts, load_model_dir
-from recipe.engines.pipeline import ROLES_FILE, SharedMemoryWeights
+from recipe.engines.pipeline import ROLES_FILE
+from recipe.engines.pipeline_channel import SharedMemoryWeights
 from recipe.tracking import read_metrics
 from recipe.trainer import sequence_logprobs
 
@@ -152,7 +153,7 @@ def test_modeled_clocks_hand_the_generator_each_version_once_its_step_has_ended(
     from types import SimpleNamespace
 
     from recipe.compute import ModelShape
-    from recipe.engines.pipeline import ModeledGeneratorClock, ModeledTrainerClock
+    from recipe.engines.pipeline_timing import ModeledGeneratorClock, ModeledTrainerClock
 
     shape = ModelShape(params=10, layers=1, width=1)  # a forward pass of n tokens, context c: 20 n + 2 c FLOPs
     channels = SimpleNamespace(schedule=queue.Queue(), stop=SimpleNamespace(is_set=lambda: False),
@@ -254,7 +255,7 @@ def test_a_bf16_recipe_publishes_its_linear_weights_in_bf16_and_the_generator_sa
     """The body's Linear weights go out in the compute dtype (autocast rounds them so at every matmul anyway),
     embeddings, norms and the FP32 head in fp32, and the generator holds them so: its tokens and logprobs are
     unchanged, bit for bit."""
-    from recipe.engines.pipeline import hold_in_publish_dtypes, publish_dtypes
+    from recipe.engines.pipeline_channel import hold_in_publish_dtypes, publish_dtypes
 
     trainer_model, tokenizer = load_model_dir(tiny_model_dir, "bfloat16")
     dtypes = publish_dtypes(trainer_model)
@@ -314,7 +315,8 @@ def test_a_shared_memory_too_small_for_the_weight_channel_fails_at_once_naming_i
 
     model, _ = load_model_dir(tiny_model_dir)
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr("recipe.engines.pipeline.shutil.disk_usage", lambda path: usage(64 << 20, 64 << 20, 1 << 10))
+    monkeypatch.setattr("recipe.engines.pipeline_channel.shutil.disk_usage",
+                        lambda path: usage(64 << 20, 64 << 20, 1 << 10))
     channel = SharedMemoryWeights(torch.multiprocessing.get_context("spawn"))
     with pytest.raises(RuntimeError, match=r"PipelineRL needs [\d,]+ MiB of shared memory .* but /dev/shm has 0 MiB "
                                            r"free; enlarge it \(docker run --shm-size"):
