@@ -250,6 +250,145 @@ def decode_parts(rows: int, row_tokens: int, token_budget: int) -> list[slice]:
     return [slice(start, min(rows, start + per_part)) for start in range(0, rows, per_part)]
 
 
+@dataclass
+class Emitted:
+    """What a generate call's decode steps emit, by step (limit, B): a step writes one contiguous row. A group
+    of rows that finishes before another leaves <pad>, loss mask False and logprob 0 in the later steps."""
+
+    tokens: torch.Tensor  # (limit, B) long
+    logprobs: torch.Tensor  # (limit, B) float32
+    loss_mask: torch.Tensor  # (limit, B) bool
+    versions: torch.Tensor  # (limit, B) long
+    lengths: torch.Tensor  # (B,) long
+    truncated: torch.Tensor  # (B,) bool
+    interrupted: torch.Tensor  # (B,) bool
+
+    @classmethod
+    def allocate(cls, limit: int, B: int, pad: int, device) -> "Emitted":
+        return cls(tokens=torch.full((limit, B), pad, dtype=torch.long, device=device),
+                   logprobs=torch.zeros(limit, B, dtype=torch.float32, device=device),
+                   loss_mask=torch.zeros(limit, B, dtype=torch.bool, device=device),
+                   versions=torch.empty(limit, B, dtype=torch.long, device=device),
+                   lengths=torch.zeros(B, dtype=torch.long, device=device),
+                   truncated=torch.zeros(B, dtype=torch.bool, device=device),
+                   interrupted=torch.zeros(B, dtype=torch.bool, device=device))
+
+    def finish_part(self, part: slice, rows: RowState) -> None:
+        self.lengths[part], self.interrupted[part] = rows.lengths, rows.interrupted
+        self.truncated[part] = rows.truncated | ~rows.finished  # out of the length limit before <eos>
+
+    def rollout(self, input_ids: torch.Tensor, prompt_mask: torch.Tensor, steps: int) -> Rollout:
+        """The Rollout of the first `steps` steps after the prompts (input_ids, prompt_mask (B, P))."""
+        valid = torch.arange(steps, device=input_ids.device)[None, :] < self.lengths[:, None]
+        return Rollout(
+            input_ids=torch.cat([input_ids, self.tokens[:steps].T.contiguous()], dim=1),
+            attention_mask=torch.cat([prompt_mask, valid.long()], dim=1),
+            prompt_width=input_ids.shape[1],
+            loss_mask=self.loss_mask[:steps].T.contiguous(),
+            old_logprobs=self.logprobs[:steps].T.contiguous(),
+            lengths=self.lengths,
+            truncated=self.truncated,
+            interrupted=self.interrupted,
+            versions=self.versions[:steps].T.contiguous(),
+        )
+
+
+@dataclass
+class Sampling:
+    """How one part's tokens are picked: the head's precision, temperature, greedy rows and the uniforms."""
+
+    precision: object
+    temperature: float
+    greedy: bool | torch.Tensor  # True/False, or the part's (rows,) flags
+    uniforms: torch.Tensor  # (rows, limit): row r's t-th token is decided by uniforms[r, t]
+    per_row_greedy: bool  # greedy is a tensor of flags
+
+
+def eager_decode(batch: "DecodeBatch", rows: RowState, out: Emitted, part: slice, sampling: Sampling, *, limit: int,
+                 version: int, prompt_width: int, on_decode_step) -> tuple[int, int]:
+    """The eager decode loop of one part of a call: per step decode (pick_tokens on the active rows), force
+    (RowState: the tokens the rows emit, each row moved on), compact (DecodeBatch drops finished rows and
+    feeds the tokens). Returns (steps taken, the policy version loaded last)."""
+    hidden, close_len = batch.hidden, rows.close.shape[0]
+    for t in range(limit):
+        # Decode: the active rows' next tokens, then widened to all of the group's rows.
+        logits = sampling.precision.head_logits(hidden, batch.parts.head.weight, batch.parts.head.bias)  # (A, V)
+        pick_greedy = sampling.greedy[batch.active] if sampling.per_row_greedy else sampling.greedy
+        uniform = None if not sampling.per_row_greedy and sampling.greedy else sampling.uniforms[batch.active, t]
+        token, logp = pick_tokens(logits, sampling.temperature, pick_greedy, uniform)
+        # Force: queued phrase tokens replace samples, finished rows emit <pad>; only samples are trained on.
+        token, sampled = rows.force(batch.widen(token, rows.pad))
+        out.tokens[t, part], out.loss_mask[t, part] = token, sampled
+        out.logprobs[t, part] = batch.widen(logp, 0.0).where(sampled, 0.0)
+        out.versions[t, part] = version
+        rows.advance(token, sampled, out.tokens[max(t + 1 - close_len, 0):t + 1, part])
+        if bool(rows.finished.all()) or t == limit - 1:
+            break
+        # Compact, then feed the emitted tokens (new weights, if any, apply from this forward pass on).
+        batch.compact(rows.finished)
+        if on_decode_step is not None:  # the feed: one token a row still in the batch, at position P + t
+            fed = len(batch.active)
+            version = on_decode_step(fed, fed * (prompt_width + t + 1))
+        hidden = batch.step(token)
+    out.versions[t + 1:, part] = version
+    return t + 1, version
+
+
+def static_decode_part(batch: "DecodeBatch", rows: RowState, out: Emitted, part: slice, sampling: Sampling, *,
+                       limit: int, version: int, pad: int, on_decode_step) -> tuple[int, int]:
+    """One part of a call decoded at static shapes with the host out of the loop (recipe/static_decode.py);
+    returns (steps taken, the policy version loaded last)."""
+    from recipe.static_decode import StaticDecode
+
+    decode = StaticDecode(batch, rows, precision=sampling.precision, temperature=sampling.temperature,
+                          greedy=sampling.greedy, uniforms=sampling.uniforms, limit=limit, version=version, pad=pad)
+    steps = decode.run(on_decode_step)
+    out.tokens[:, part], out.loss_mask[:, part] = decode.emitted, decode.loss_mask
+    out.logprobs[:, part], out.versions[:, part] = decode.logprobs, decode.versions
+    return steps, decode.loaded  # the next group's prefill runs on the weights loaded last
+
+
+def static_decoder(model, on_decode_step, policy_version: int) -> tuple:
+    """(the model the static path decodes with, its on_decode_step): the body's Linear weights cast to the
+    compute dtype once per call and again whenever new weights load, not at every token; the model itself
+    where there is nothing to cast."""
+    from recipe.static_decode import compute_dtype_copy
+
+    copied, refresh = compute_dtype_copy(model)
+    if copied is None:
+        return model, on_decode_step
+    copied_version = None
+
+    def copying_on_decode_step(tokens: int, context: int) -> int:
+        nonlocal copied_version
+        version = on_decode_step(tokens, context) if on_decode_step is not None else policy_version
+        if version != copied_version:  # new weights (or the call's first): copy them
+            refresh()
+            copied_version = version
+        return version
+
+    return copied, copying_on_decode_step
+
+
+def encode_prompts(tokenizer, prompts: list[str], device) -> tuple:
+    """(distinct prompt ids (U, P), their mask, each row's prompt index (B,)): G samples of a prompt share its
+    prefill, so the body runs once per distinct prompt."""
+    distinct = {prompt: index for index, prompt in enumerate(dict.fromkeys(prompts))}
+    row_prompt = torch.tensor([distinct[prompt] for prompt in prompts], device=device)
+    encoded = tokenizer(list(distinct), padding=True, return_tensors="pt")
+    return encoded.input_ids.to(device), encoded.attention_mask.to(device), row_prompt
+
+
+def greedy_flags(greedy: bool | torch.Tensor, B: int, device) -> torch.Tensor | None:
+    """greedy as per-row flags on the device, or None when it is one bool for every row."""
+    if not isinstance(greedy, torch.Tensor):
+        return None
+    if greedy.shape != (B,):
+        raise ValueError(f"generate: greedy must be a bool or a ({B},) tensor, one flag per prompt; got shape "
+                         f"{tuple(greedy.shape)}")
+    return greedy.to(device=device, dtype=torch.bool)
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], *, precision, length_control, max_new_tokens: int,
              temperature: float = 1.0, greedy: bool | torch.Tensor = False, torch_rng: torch.Generator | None = None,
@@ -270,20 +409,10 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     the model. The samples are the eager loop's to round-off.
     """
     device = next(model.parameters()).device
-    # G samples of a prompt share its prefill: the body runs once per distinct prompt.
-    distinct = {prompt: index for index, prompt in enumerate(dict.fromkeys(prompts))}
-    row_prompt = torch.tensor([distinct[prompt] for prompt in prompts], device=device)
-    encoded = tokenizer(list(distinct), padding=True, return_tensors="pt")
-    distinct_ids, distinct_mask = encoded.input_ids.to(device), encoded.attention_mask.to(device)
+    distinct_ids, distinct_mask, row_prompt = encode_prompts(tokenizer, prompts, device)
     input_ids, prompt_mask = distinct_ids[row_prompt], distinct_mask[row_prompt]
     B, P = input_ids.shape
-    greedy_rows = None
-    if isinstance(greedy, torch.Tensor):
-        if greedy.shape != (B,):
-            raise ValueError(f"generate: greedy must be a bool or a ({B},) tensor, one flag per prompt; got shape "
-                             f"{tuple(greedy.shape)}")
-        greedy_rows = greedy.to(device=device, dtype=torch.bool)
-
+    greedy_rows = greedy_flags(greedy, B, device)
     budgets = length_control.thinking_budgets(B, numpy_rng) if numpy_rng is not None else None
     row_state = dict(eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id,
                      close=tokenizer.encode(THINK_CLOSE, add_special_tokens=False),
@@ -296,34 +425,14 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
     # uniforms[r, t] whatever the other rows do (finished rows leave the batch; recipe.sampling's
     # inverse_cdf_sample).
     uniforms = torch.rand(B, limit, generator=torch_rng, device=device)
-    # What each step emits, by step (limit, B): a step writes one contiguous row. A group of rows that
-    # finishes before another leaves <pad>, loss mask False and logprob 0 in the later steps.
-    emitted = torch.full((limit, B), tokenizer.pad_token_id, dtype=torch.long, device=device)
-    logprobs = torch.zeros(limit, B, dtype=torch.float32, device=device)
-    loss_mask = torch.zeros(limit, B, dtype=torch.bool, device=device)
-    versions = torch.empty(limit, B, dtype=torch.long, device=device)
-    lengths = torch.zeros(B, dtype=torch.long, device=device)
-    truncated = torch.zeros(B, dtype=torch.bool, device=device)
-    interrupted = torch.zeros(B, dtype=torch.bool, device=device)
+    out = Emitted.allocate(limit, B, tokenizer.pad_token_id, device)
     static = ((device.type == "cuda" if static_decode is None else static_decode) and shared_prefix_decoding
               and supports_shared_prefix(model))
     decoder = model
-    if static:  # the body's Linear weights cast to the compute dtype once per call, not at every token
-        from recipe.static_decode import compute_dtype_copy
-
-        copied, refresh = compute_dtype_copy(model)
-        if copied is not None:
-            decoder, load_weights, copied_version = copied, on_decode_step, None
-
-            def on_decode_step(tokens: int, context: int) -> int:
-                nonlocal copied_version
-                version = load_weights(tokens, context) if load_weights is not None else policy_version
-                if version != copied_version:  # new weights (or the call's first): copy them
-                    refresh()
-                    copied_version = version
-                return version
+    if static:
+        decoder, on_decode_step = static_decoder(model, on_decode_step, policy_version)
     # The prefill runs the body once per distinct prompt, at the padded prompt width.
-    prefill = len(distinct) * P, len(distinct) * P * (P + 1) // 2
+    prefill = len(distinct_ids) * P, len(distinct_ids) * P * (P + 1) // 2
     version = on_decode_step(*prefill) if on_decode_step is not None else policy_version
     steps = 0
     for part in decode_parts(B, P + limit, decode_token_budget):
@@ -331,61 +440,18 @@ def generate(model, tokenizer, prompts: list[str], *, precision, length_control,
         rows = RowState(part.stop - part.start, budgets=None if budgets is None else budgets[part], **row_state)
         batch = DecodeBatch(decoder, distinct_ids[used], distinct_mask[used], local_prompt,
                             shared_prefix_decoding=shared_prefix_decoding, limit=limit)
-        part_greedy = greedy if greedy_rows is None else greedy_rows[part]
-        part_uniforms = uniforms[part]
+        sampling = Sampling(precision, temperature, greedy if greedy_rows is None else greedy_rows[part],
+                            uniforms[part], per_row_greedy=greedy_rows is not None)
         if static:
-            from recipe.static_decode import StaticDecode
-
-            decode = StaticDecode(batch, rows, precision=precision, temperature=temperature, greedy=part_greedy,
-                                  uniforms=part_uniforms, limit=limit, version=version, pad=tokenizer.pad_token_id)
-            part_steps = decode.run(on_decode_step)
-            emitted[:, part], loss_mask[:, part] = decode.emitted, decode.loss_mask
-            logprobs[:, part], versions[:, part] = decode.logprobs, decode.versions
-            version = decode.loaded  # the next group's prefill runs on the weights loaded last
-            del decode
+            part_steps, version = static_decode_part(batch, rows, out, part, sampling, limit=limit, version=version,
+                                                     pad=tokenizer.pad_token_id, on_decode_step=on_decode_step)
         else:
-            hidden, close_len = batch.hidden, rows.close.shape[0]
-            for t in range(limit):
-                # Decode: the active rows' next tokens, then widened to all of the group's rows.
-                logits = precision.head_logits(hidden, batch.parts.head.weight, batch.parts.head.bias)  # (A, V)
-                pick_greedy = part_greedy if greedy_rows is None else part_greedy[batch.active]
-                uniform = None if greedy_rows is None and greedy else part_uniforms[batch.active, t]
-                token, logp = pick_tokens(logits, temperature, pick_greedy, uniform)
-                # Force: queued phrase tokens replace samples, finished rows emit <pad>; only samples are trained on.
-                token, sampled = rows.force(batch.widen(token, rows.pad))
-                emitted[t, part], loss_mask[t, part] = token, sampled
-                logprobs[t, part] = batch.widen(logp, 0.0).where(sampled, 0.0)
-                versions[t, part] = version
-                rows.advance(token, sampled, emitted[max(t + 1 - close_len, 0):t + 1, part])
-                if bool(rows.finished.all()) or t == limit - 1:
-                    break
-                # Compact, then feed the emitted tokens (new weights, if any, apply from this forward pass on).
-                batch.compact(rows.finished)
-                if on_decode_step is not None:  # the feed: one token a row still in the batch, at position P + t
-                    fed = len(batch.active)
-                    version = on_decode_step(fed, fed * (P + t + 1))
-                hidden = batch.step(token)
-            versions[t + 1:, part] = version
-            part_steps = t + 1
+            part_steps, version = eager_decode(batch, rows, out, part, sampling, limit=limit, version=version,
+                                               prompt_width=P, on_decode_step=on_decode_step)
         steps = max(steps, part_steps)
-        lengths[part], interrupted[part] = rows.lengths, rows.interrupted
-        truncated[part] = rows.truncated | ~rows.finished  # out of the length limit before <eos>
+        out.finish_part(part, rows)
         del batch  # its cache goes before the next group's is allocated
-
-    T = steps
-    response = emitted[:T].T.contiguous()
-    valid = torch.arange(T, device=device)[None, :] < lengths[:, None]
-    return Rollout(
-        input_ids=torch.cat([input_ids, response], dim=1),
-        attention_mask=torch.cat([prompt_mask, valid.long()], dim=1),
-        prompt_width=P,
-        loss_mask=loss_mask[:T].T.contiguous(),
-        old_logprobs=logprobs[:T].T.contiguous(),
-        lengths=lengths,
-        truncated=truncated,
-        interrupted=interrupted,
-        versions=versions[:T].T.contiguous(),
-    )
+    return out.rollout(input_ids, prompt_mask, steps)
 
 
 class TorchGenerator:
