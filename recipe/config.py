@@ -319,11 +319,6 @@ def yaml_error_line(error: Exception) -> str:
     return "not valid YAML: " + " ".join(str(error).split())
 
 
-def load_yaml_file(path: str | Path, what: str) -> dict[str, Any]:
-    """A YAML file as a plain mapping, nothing resolved; every problem is one ConfigError line naming the file."""
-    return to_plain(read_yaml_value(path, what), str(path))
-
-
 def read_yaml_value(path: str | Path, what: str) -> Any:
     """The plain value a YAML file holds (None when empty), nothing resolved; a file that cannot be read as
     YAML is one ConfigError line naming the file.

@@ -173,18 +173,28 @@ def parse_param(path: str, entry: Any) -> ParamSpec:
     if kind not in PARAM_TYPES:
         raise ConfigError(f"{key}.type: got {kind!r}, expected one of {', '.join(PARAM_TYPES)}")
     if kind == "categorical":
-        for field in ("low", "high", "log", "step"):
-            if field in entry:
-                raise ConfigError(f"{key}.{field}: a categorical parameter takes only `choices`")
-        choices = entry.get("choices")
-        if not isinstance(choices, (list, tuple)) or not choices:
-            raise ConfigError(f"{key}.choices: got {describe_value(choices)}, expected a non-empty list of values")
-        for choice in choices:
-            if not (choice is None or isinstance(choice, (str, int, float, bool))):
-                raise ConfigError(f"{key}.choices: {describe_value(choice)} is not a plain value (str, number, bool)")
-        if len({repr(choice) for choice in choices}) != len(choices):
-            raise ConfigError(f"{key}.choices: {list(choices)} repeats a value")
-        return ParamSpec(path, kind, choices=tuple(choices))
+        return parse_categorical(path, key, entry)
+    return parse_range(path, key, kind, entry)
+
+
+def parse_categorical(path: str, key: str, entry: Mapping) -> ParamSpec:
+    """A `type: categorical` entry: a non-empty list of distinct plain values, nothing else."""
+    for field in ("low", "high", "log", "step"):
+        if field in entry:
+            raise ConfigError(f"{key}.{field}: a categorical parameter takes only `choices`")
+    choices = entry.get("choices")
+    if not isinstance(choices, (list, tuple)) or not choices:
+        raise ConfigError(f"{key}.choices: got {describe_value(choices)}, expected a non-empty list of values")
+    for choice in choices:
+        if not (choice is None or isinstance(choice, (str, int, float, bool))):
+            raise ConfigError(f"{key}.choices: {describe_value(choice)} is not a plain value (str, number, bool)")
+    if len({repr(choice) for choice in choices}) != len(choices):
+        raise ConfigError(f"{key}.choices: {list(choices)} repeats a value")
+    return ParamSpec(path, "categorical", choices=tuple(choices))
+
+
+def parse_range(path: str, key: str, kind: str, entry: Mapping) -> ParamSpec:
+    """A `type: int` or `float` entry: low < high, an optional log scale (low > 0) or step."""
     if "choices" in entry:
         raise ConfigError(f"{key}.choices: a {kind} range takes low/high, not choices (or use type: categorical)")
     integer = kind == "int"
