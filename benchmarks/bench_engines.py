@@ -1,6 +1,6 @@
 """Native vs TRL engine, side by side: the same recipe, task, model, batch shape and threads (issue 18).
 
-    .venv/bin/python benchmarks/bench_engines.py [--rounds 3] [--steps 20] [--warmup 3] [--threads 2]
+    .venv/bin/python -m benchmarks.bench_engines [--rounds 3] [--steps 20] [--warmup 3] [--threads 2]
         [--out benchmarks/out/bench_engines.json] [key=value ...]
 
 Each round runs the native engine, the trl engine, then (with --processes 2) the trl engine as 2
@@ -32,8 +32,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO, cpu_model
 
 BASE_ON_CPU = ["off_policy={name: ppo_off_policy, k: 8}", "seed=0", "tracking.mlflow=false"]
 CHILDREN = ("native", "trl", "trl2")  # trl2: the trl engine as 2 processes of 1 thread
@@ -94,13 +93,6 @@ def launched_child(engine: str, cfg, args) -> dict:
             "load_before": load_before, "load_after": os.getloadavg()[0]}
 
 
-def cpu_model() -> str:
-    """The CPU's model name, as benchmarks/bench_speed.py reads it (run as a script, benchmarks/ is on sys.path)."""
-    from bench_speed import cpu_model as read_cpu_model
-
-    return read_cpu_model()
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -124,8 +116,8 @@ def main(argv=None) -> int:
         for engine in engines:
             threads = 1 if engine == "trl2" else args.threads  # 2 processes share the cores
             env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-            command = [sys.executable, __file__, "--child", engine, "--steps", str(args.steps), "--warmup",
-                       str(args.warmup), "--threads", str(threads), *args.overrides]
+            command = [sys.executable, "-m", "benchmarks.bench_engines", "--child", engine, "--steps", str(args.steps),
+                       "--warmup", str(args.warmup), "--threads", str(threads), *args.overrides]
             print(f"round {round_ + 1}/{args.rounds}: {engine}", file=sys.stderr, flush=True)
             done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
             if done.returncode != 0:

@@ -1,6 +1,6 @@
 """The ScaleRL base trained by both engines on several seeds: does the trl engine learn as the native one does?
 
-    .venv/bin/python benchmarks/bench_engines_learning.py [--seeds 0 1 2] [--steps 120] [--every 20]
+    .venv/bin/python -m benchmarks.bench_engines_learning [--seeds 0 1 2] [--steps 120] [--every 20]
         [--threads 2] [--out benchmarks/out/engines_learning.json] [key=value ...]
 
 The recipe is the ScaleRL base (CISPO, prompt-mean aggregation, batch advantage normalization, zero-
@@ -28,8 +28,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO, cpu_model
 
 BASE_ON_CPU = ["off_policy={name: ppo_off_policy, k: 8}", "tracking.mlflow=false"]
 
@@ -98,9 +97,9 @@ def main(argv=None) -> int:
             if done.is_file():
                 continue
             print(f"seed {seed}: {engine}", file=sys.stderr, flush=True)
-            command = [sys.executable, __file__, "--child", engine, str(seed), "--steps", str(args.steps),
-                       "--every", str(args.every), "--threads", str(args.threads), "--work", args.work,
-                       *args.overrides]
+            command = [sys.executable, "-m", "benchmarks.bench_engines_learning", "--child", engine, str(seed),
+                       "--steps", str(args.steps), "--every", str(args.every), "--threads", str(args.threads),
+                       "--work", args.work, *args.overrides]
             finished = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
             if finished.returncode != 0:
                 print(finished.stderr[-3000:], file=sys.stderr)
@@ -109,7 +108,6 @@ def main(argv=None) -> int:
             done.write_text(json.dumps({"finished": datetime.now(timezone.utc).isoformat(timespec="minutes")}))
     curves = {(engine, seed): curve(args, engine, seed) for seed in args.seeds for engine in ("native", "trl")}
     rows = summarize(args, curves)
-    from bench_speed import cpu_model
 
     summary = {"started": started, "finished": datetime.now(timezone.utc).isoformat(timespec="minutes"),
                "cpu": cpu_model(), "load": [load_before, os.getloadavg()[0]], "threads": args.threads,

@@ -1,6 +1,6 @@
 """How long a process takes to end, with and without recipe.process_exit (gc.freeze at exit).
 
-    .venv/bin/python benchmarks/bench_exit.py --rounds 3
+    .venv/bin/python -m benchmarks.bench_exit --rounds 3
 
 Two measurements, each alternating without / with, `--rounds` times:
 - a Python process's exit, by what it imported: the seconds from its last line (it prints time.time()) to the
@@ -22,8 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO
 
 IMPORTS = {
     "torch": "import torch",
@@ -64,8 +63,8 @@ def pipeline_exit_wait(skip: bool, work: Path) -> tuple[float, float]:
     """(seconds train() took, seconds from the later role's return to train()'s return) in a child process."""
     stamps = work / f"stamps-{time.time()}"
     env = {**os.environ, STAMPS_ENV: str(stamps), "BENCH_EXIT_SKIP": "1" if skip else "0"}
-    result = subprocess.run([sys.executable, __file__, "--pipeline-run", str(work / f"run-{time.time()}")],
-                            capture_output=True, text=True, env=env, check=True, cwd=REPO)
+    command = [sys.executable, "-m", "benchmarks.bench_exit", "--pipeline-run", str(work / f"run-{time.time()}")]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=True, cwd=REPO)
     started, ended = (float(x) for x in result.stdout.split()[-2:])
     last_role = max(float(line) for line in stamps.read_text().split())
     return ended - started, ended - last_role

@@ -1,6 +1,6 @@
 """Benchmark of the fitter: one 200-point curve fitted, and 1,000 bootstrap refits, default and paper methods.
 
-    .venv/bin/python benchmarks/bench_fit.py [--repeats 3] [--n-boot 1000]
+    .venv/bin/python -m benchmarks.bench_fit [--repeats 3] [--n-boot 1000]
 
 Targets (issue 3): a fit under 0.2 s, 1,000 bootstrap refits under 10 s on a 2-core CPU. The curve is
 the paper's ScaleRL 8B row (A 0.610, B 1.92, C_mid 2542, R0 0.30) evaluated every 100 GPU-hours from
@@ -15,13 +15,10 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-
-from fitting import bootstrap_fit, fit_sigmoid, sigmoid_curve  # noqa: E402
+from fitting import bootstrap_fit, fit_sigmoid, sigmoid_curve
 
 FIT_TARGET_S, BOOT_TARGET_S = 0.2, 10.0
 

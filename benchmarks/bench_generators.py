@@ -1,8 +1,8 @@
 """The torch generator against vLLM (issue 50), side by side in one invocation, each contender in a fresh process.
 
-    .venv/bin/python benchmarks/bench_generators.py step   [--rounds 3 --steps 16 --warmup 8]
-    .venv/bin/python benchmarks/bench_generators.py decode [--rounds 2 --rows 64 --tokens 256]
-    .venv/bin/python benchmarks/bench_generators.py learn  [--seeds 0 1 2 --steps 160]
+    .venv/bin/python -m benchmarks.bench_generators step   [--rounds 3 --steps 16 --warmup 8]
+    .venv/bin/python -m benchmarks.bench_generators decode [--rounds 2 --rows 64 --tokens 256]
+    .venv/bin/python -m benchmarks.bench_generators learn  [--seeds 0 1 2 --steps 160]
 
 step:   the testbed's RL step, the ScaleRL recipe synchronous (PPO-off-policy-8: a round of 8 minibatches of
         32 prompts x 8 samples sampled together, then 8 optimizer steps), rollout.generator torch then vllm,
@@ -24,44 +24,31 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-OUT = REPO / "benchmarks" / "out"
+from benchmarks.common import OUT, REPO, loadavg, machine
+
 # Qwen2.5-0.5B's shape (its config.json), random weights: what a decode step costs at that size.
 QWEN25_0P5B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                    num_key_value_heads=2, vocab_size=151936, max_position_embeddings=1024, tie_word_embeddings=True,
                    rope_theta=1000000.0, rms_norm_eps=1e-6)
 
 
-def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return {"cpu": cpu, "cores": os.cpu_count(), "date": datetime.now(timezone.utc).isoformat(timespec="minutes")}
-
-
-def load() -> list[float]:
-    return [round(value, 2) for value in os.getloadavg()]
-
-
 def child(args: list[str]) -> dict:
     """Run this script's --child mode in a fresh process (2 torch threads) and return its JSON."""
     env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO)}
-    before = load()
-    result = subprocess.run([sys.executable, __file__, "--child", *args], env=env, capture_output=True, text=True,
-                            timeout=3600)
+    before = loadavg()
+    result = subprocess.run([sys.executable, "-m", "benchmarks.bench_generators", "--child", *args], env=env,
+                            capture_output=True, text=True, timeout=3600, cwd=REPO)
     if result.returncode != 0:
         raise RuntimeError(f"child {args} failed: {result.stderr[-3000:]}")
     record = json.loads(result.stdout.strip().splitlines()[-1])
-    record["load_before"], record["load_after"] = before, load()
+    record["load_before"], record["load_after"] = before, loadavg()
     return record
 
 
@@ -207,14 +194,14 @@ def learn_part(options) -> dict:
             run_dir = root / f"{generator}-seed{seed}"
             if not (run_dir / "done.json").exists():
                 print(f"train {generator} seed {seed}", file=sys.stderr, flush=True)
-                before = load()
+                before = loadavg()
                 started = time.perf_counter()
                 subprocess.run([str(REPO / ".venv" / "bin" / "sweep"), "train", f"rollout.generator={generator}",
                                 f"seed={seed}", f"max_steps={options.steps}", "tracking.mlflow=false",
                                 "--run-dir", str(run_dir)], check=True, env={**os.environ, "OMP_NUM_THREADS": "2"},
                                capture_output=True)
                 (run_dir / "done.json").write_text(json.dumps({"wall_s": time.perf_counter() - started,
-                                                               "load_before": before, "load_after": load()}))
+                                                               "load_before": before, "load_after": loadavg()}))
             records = read_metrics(run_dir)
             curves.setdefault(generator, {})[seed] = {r["step"]: (r["eval/pass_rate"], r["eval/pass_rate_se"])
                                                       for r in records}

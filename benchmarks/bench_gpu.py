@@ -1,17 +1,17 @@
 """The project's CUDA path measured on one GPU: `benchmarks/gpu_proof.sh` runs each part under a time limit.
 
-    python benchmarks/bench_gpu.py native     decode and train-step throughput at two lengths, MFU,
+    python -m benchmarks.bench_gpu native     decode and train-step throughput at two lengths, MFU,
                                               behaviour-vs-trainer logprob gap (fp32 head on / off),
                                               the longest response one train step fits, with and
                                               without optimizer.gradient_checkpointing
-    python benchmarks/bench_gpu.py decode     CUDA-graph decoding (recipe/static_decode.py) against the eager
+    python -m benchmarks.bench_gpu decode     CUDA-graph decoding (recipe/static_decode.py) against the eager
                                               loop, 64 rows: tokens/s, same samples, a step's kernels, and
                                               the same steps through torch.compile (static_decode.COMPILE)
-    python benchmarks/bench_gpu.py train_profile
+    python -m benchmarks.bench_gpu train_profile
                                               where a train step at 16 x (128 + 4,096) spends its time
-    python benchmarks/bench_gpu.py base       the ScaleRL base, native engine against trl, one process
-    python benchmarks/bench_gpu.py pipeline   a PipelineRL-2 job (trainer and generator on the one GPU)
-    python benchmarks/bench_gpu.py trl        the trl engine in bf16: plain and through accelerate with
+    python -m benchmarks.bench_gpu base       the ScaleRL base, native engine against trl, one process
+    python -m benchmarks.bench_gpu pipeline   a PipelineRL-2 job (trainer and generator on the one GPU)
+    python -m benchmarks.bench_gpu trl        the trl engine in bf16: plain and through accelerate with
                                               engine.sharding fsdp, each with the fp32 head on and off,
                                               checkpointing on, a reward with a spread (gpu_spread_reward)
                                               so their losses compare non-zero
@@ -31,22 +31,18 @@ import json
 import os
 import runpy
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from components import REGISTRIES  # noqa: E402
-from recipe.compute import sequence_cost  # noqa: E402
-from recipe.generator import Rollout, generate  # noqa: E402
-from recipe.model import build_tokenizer, save_model_dir  # noqa: E402
-from recipe.run_config import OptimizerConfig  # noqa: E402
-from recipe.trainer import TrainBatch, build_optimizer, sequence_logprobs, train_step  # noqa: E402
+from components import REGISTRIES
+from recipe.compute import sequence_cost
+from recipe.generator import Rollout, generate
+from recipe.model import build_tokenizer, save_model_dir
+from recipe.run_config import OptimizerConfig
+from recipe.trainer import TrainBatch, build_optimizer, sequence_logprobs, train_step
 
 OUT = Path(os.environ.get("OUT", "/tmp/gpu_proof"))
 WORK = Path(os.environ.get("GPU_PROOF_WORK", "/tmp/gpu_proof_work"))

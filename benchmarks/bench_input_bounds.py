@@ -1,6 +1,6 @@
 """Time and peak memory of `sweep` on inputs of extreme size: what issue 36 bounded.
 
-    .venv/bin/python benchmarks/bench_input_bounds.py
+    .venv/bin/python -m benchmarks.bench_input_bounds
 
 Each row runs one `sweep` command in its own process and reads its peak RSS (VmHWM) and wall time:
 - `sweep plan` on a spec of 10,000 LOO variants (10,001 jobs; each a distinct loss.eps_max);
@@ -13,6 +13,7 @@ Prints one line per row and the machine's load average before it started.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import subprocess
@@ -21,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO
+
 BUDGET = "budget: {unit: device_seconds, fit_at: 10, target: 20}\n"
 # Peak RSS is VmHWM of /proc/self/status (kB): getrusage's ru_maxrss also counts the memory of the process this
 # one was forked from (Linux carries it across exec).
@@ -58,7 +60,8 @@ ROWS = [
 ]
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)  # no options: --help only
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.2f} "
           f"at {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     with tempfile.TemporaryDirectory() as folder:

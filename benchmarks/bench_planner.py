@@ -1,6 +1,6 @@
 """The seed planner against a measured sweep: plan from some of its seeds, compare with all of them (issue 40).
 
-    .venv/bin/python benchmarks/bench_planner.py runs/scalerl-loo-3seeds --pilot-seeds 0 1 \
+    .venv/bin/python -m benchmarks.bench_planner runs/scalerl-loo-3seeds --pilot-seeds 0 1 \
         [--compare DIR ...] [--out benchmarks/out/planner.json]
 
 The pilot is the sweep's runs of --pilot-seeds only (seeds 0 and 1 of a 3-seed LOO are the jobs a 2-seed
@@ -21,17 +21,13 @@ import json
 import math
 import os
 import platform
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from fitting.power import mde, table_mde  # noqa: E402
-from reports.power import quantity_margin, sweep_noise  # noqa: E402
-from reports.sweep_data import SweepData, load_sweep  # noqa: E402
-from reports.tables import fit_sweep  # noqa: E402
+from fitting.power import mde, table_mde
+from reports.power import quantity_margin, sweep_noise
+from reports.sweep_data import SweepData, load_sweep
+from reports.tables import fit_sweep
 
 QUANTITIES = ("A", "pred_at_target", "reach_50", "reach_90")
 

@@ -1,6 +1,6 @@
 """What a LOO sweep can detect under other protocols (issue 52): its finished runs refitted, nothing trained again.
 
-    .venv/bin/python benchmarks/bench_power.py SWEEP_DIR [--protocol NAME:KEY=VALUE,...] ...
+    .venv/bin/python -m benchmarks.bench_power SWEEP_DIR [--protocol NAME:KEY=VALUE,...] ...
 
 Each protocol refits the sweep's own runs with some of: the compute axis (unit=flops | device_seconds | ...),
 the fit window and target (fit_at=, target=, in that unit), the seeds used (seeds=0/1), every k-th evaluation
@@ -25,12 +25,9 @@ import argparse
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-OUT = REPO / "benchmarks" / "out"
+from benchmarks.common import OUT
 
 KEYS = {"unit": str, "fit_at": float, "target": float, "seeds": str, "every": int, "ratio": float, "shift": float,
         "verdicts": str, "curve": str}

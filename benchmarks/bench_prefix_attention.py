@@ -1,6 +1,6 @@
 """The shared-prompt attention (recipe/prefix_attention.py) against per-row caches, in one process.
 
-    .venv/bin/python benchmarks/bench_prefix_attention.py [--threads 2] [--repeats 5] [--rows 2048 512]
+    .venv/bin/python -m benchmarks.bench_prefix_attention [--threads 2] [--repeats 5] [--rows 2048 512]
         [--out benchmarks/out/bench_prefix_attention.json]
 
 Loads the shipped warm start of the embedded recipe (what `sweep train` starts from) and times,
@@ -31,8 +31,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO, cpu_model
 
 
 def time_generation(run, rows: int, repeats: int) -> dict:
@@ -111,7 +110,6 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    from bench_speed import cpu_model  # the benchmarks' one CPU-model reader (benchmarks/ is on sys.path)
     from recipe.config import load_recipe
     from recipe.run import Run
 

@@ -1,6 +1,6 @@
 """Throughput benchmark: generation and training tokens/s and achieved GFLOP/s of the RL loop's parts.
 
-    .venv/bin/python benchmarks/bench_rl_throughput.py --threads 2 [model.path=DIR]
+    .venv/bin/python -m benchmarks.bench_rl_throughput --threads 2 [model.path=DIR]
 
 Generation: recipe.generator.generate (behaviour logprobs, precision head, length control) on one
 rollout batch (32 prompts x 8 samples) against a plain batched KV-cache decode of the same model
@@ -15,9 +15,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def timed(function, repeats: int):

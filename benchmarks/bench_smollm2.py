@@ -1,7 +1,7 @@
 """SmolLM2-135M-Instruct in the loop (issue 51): the generator/trainer mismatch, and the base recipe's learning.
 
-    .venv/bin/python benchmarks/bench_smollm2.py mismatch [--prompts 16 --samples 4]
-    .venv/bin/python benchmarks/bench_smollm2.py learn [--sweep runs/scalerl-loo-smollm2]
+    .venv/bin/python -m benchmarks.bench_smollm2 mismatch [--prompts 16 --samples 4]
+    .venv/bin/python -m benchmarks.bench_smollm2 learn [--sweep runs/scalerl-loo-smollm2]
 
 mismatch: the real model with a bf16 body (fp32 master weights under autocast, as the recipe trains it), its
           word problems sampled by the torch generator and by vLLM (the CPU build, bf16), each with the fp32 head
@@ -27,11 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-OUT = REPO / "benchmarks" / "out"
-
-from benchmarks.bench_generators import load, machine  # noqa: E402
+from benchmarks.common import OUT, REPO, loadavg, machine
 
 
 def mismatch(options) -> dict:
@@ -40,8 +36,9 @@ def mismatch(options) -> dict:
     if len(options.heads) > 1:
         results = {}
         for head in options.heads:
-            command = [sys.executable, __file__, "mismatch", "--heads", head, "--prompts", str(options.prompts),
-                       "--samples", str(options.samples), "--threads", str(options.threads),
+            command = [sys.executable, "-m", "benchmarks.bench_smollm2", "mismatch", "--heads", head,
+                       "--prompts", str(options.prompts), "--samples", str(options.samples),
+                       "--threads", str(options.threads),
                        "--temperature", str(options.temperature), "--minibatches", str(options.minibatches),
                        *([] if options.vllm else ["--no-vllm"])]
             subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
@@ -165,8 +162,8 @@ def main() -> None:
     parser.add_argument("--sweep", default=str(REPO / "runs" / "scalerl-loo-smollm2"),
                         help="the directory `sweep run sweeps/loo-smollm2.yaml` wrote")
     options = parser.parse_args()
-    result = {"machine": machine(), "part": options.part, "load_before": load(),
-              **(mismatch(options) if options.part == "mismatch" else learn(options)), "load_after": load()}
+    result = {"machine": machine(), "part": options.part, "load_before": loadavg(),
+              **(mismatch(options) if options.part == "mismatch" else learn(options)), "load_after": loadavg()}
     OUT.mkdir(parents=True, exist_ok=True)
     suffix = f"_{options.heads[0]}" if options.part == "mismatch" and len(options.heads) == 1 else ""
     (OUT / f"bench_smollm2_{options.part}{suffix}.json").write_text(json.dumps(result, indent=2))

@@ -1,14 +1,14 @@
-"""Speed benchmark (issue 16): the RL step of the old code, of the new code and of TRL's GRPOTrainer.
+"""Speed benchmark: the RL step of an old commit, of this tree and of TRL's GRPOTrainer, side by side.
 
-    .venv/bin/python benchmarks/bench_speed.py [--rounds 3] [--steps 20] [--warmup 3] [--no-trl]
+    .venv/bin/python -m benchmarks.bench_speed [--rounds 3] [--steps 20] [--warmup 3] [--no-trl]
         [--old-commit 97cb25d] [--out benchmarks/out/bench_speed.json] [key=value ...]
 
 One invocation runs R rounds; round r runs (a) old, (b) new, (c) TRL, each in a fresh process, so
 machine noise hits all three alike:
- (a) old: the commit --old-commit (main before the speed work) checked out with `git worktree add
-     --detach` into a temporary directory (removed at the end, also on error), run by .venv/bin/python
-     with that tree first on sys.path and as cwd; the child checks that `recipe` and `components` are
-     imported from the worktree and fails loudly otherwise.
+ (a) old: the commit --old-commit (default: main before the speed work) checked out with `git worktree
+     add --detach` into a temporary directory (removed at the end, also on error); benchmarks/speed_child.py
+     runs there by .venv/bin/python with PYTHONPATH and cwd at that tree, and checks that `recipe` and
+     `components` are imported from the worktree (it fails loudly otherwise).
  (b) new: this working tree (uncommitted changes included), run the same way.
  (c) TRL: `.venv-trl/bin/python ../shared/peers/trl_grpo_bench.py --threads 2 --warmup W --steps N`
      (see ../shared/peers/README.md; skipped with --no-trl).
@@ -43,7 +43,6 @@ both trees (they must be valid in both, e.g. off_policy.k=1). Progress goes to s
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import os
@@ -58,176 +57,17 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO, cpu_model, git, loadavg
+from benchmarks.speed_child import BASE_OVERRIDES
 
-
-def child_tree(argv: list[str]) -> Path | None:
-    """The tree a child run imports from (`--child --tree DIR`), else None."""
-    if "--child" in argv and "--tree" in argv:
-        return Path(argv[argv.index("--tree") + 1]).resolve()
-    return None
-
-
-# A child imports `recipe` from the tree it measures; the parent from this working tree.
-sys.path.insert(0, str(child_tree(sys.argv) or REPO))
-
+CHILD = Path(__file__).resolve().with_name("speed_child.py")  # run by path inside the tree under test
 DEFAULT_OLD_COMMIT = "97cb25d"
 PEER_SCRIPT = REPO.parent / "shared" / "peers" / "trl_grpo_bench.py"
 PEER_README = REPO.parent / "shared" / "peers" / "README.md"
 TRL_PYTHON = REPO / ".venv-trl" / "bin" / "python"
-BASE_OVERRIDES = ["off_policy=ppo_off_policy", "seed=0"]
-
-
-# ---------------------------------------------------------------- child: one tree's RL steps
-
-
-def run_child(args) -> int:
-    """Time W + N steps of the synchronous loop of the tree `args.tree`; write the per-step record as JSON."""
-    tree = Path(args.tree).resolve()
-    import torch
-
-    torch.set_num_threads(args.threads)
-    import components
-    import recipe
-
-    for module in (recipe, components):
-        where = Path(module.__file__).resolve()
-        if not where.is_relative_to(tree):
-            raise SystemExit(f"bench_speed child: {module.__name__} was imported from {where}, not from the "
-                             f"tree under test {tree}; refusing to measure the wrong code")
-    from recipe.compute import ModelShape, sequence_cost
-    from recipe.config import load_recipe
-    try:
-        from recipe.run import Run, assemble_minibatch, sample_groups, train_on
-    except ImportError:  # trees from before the engine split (recipe/engines/) kept them in recipe.loop
-        from recipe.loop import Run, assemble_minibatch, sample_groups, train_on
-    try:  # trees that sample a round's minibatches together (recipe/engines/native.py does)
-        from recipe.run import sample_round
-    except ImportError:
-        sample_round = None
-    from recipe.warm_start import cache_root, warm_start_key
-
-    total = args.warmup + args.steps
-    from recipe.run_config import WarmStartConfig
-
-    # Trees that ship a warm start would use it, older ones this machine's cached build: both use the
-    # cached build, so old and new start from the same weights on any machine.
-    own_build = (["warm_start.use_shipped=false"]
-                 if "use_shipped" in {f.name for f in dataclasses.fields(WarmStartConfig)} else [])
-    cfg = load_recipe(None, [*BASE_OVERRIDES, *args.overrides, *own_build, f"max_steps={total}",
-                             "tracking.mlflow=false"])
-    model_dir = Path(cfg.model.path)
-    if cfg.model.path == "embedded":
-        # Both trees must start from the same cached warm start; never build one inside a timing run.
-        warm = cache_root(cfg.warm_start) / "warm_start" / warm_start_key(cfg.model, cfg.warm_start, cfg.task)
-        model_dir = warm
-        if not (warm / "warm_start.json").is_file():
-            raise SystemExit(f"bench_speed child: the warm start {warm} is not built (tree {tree}); build it first, "
-                             "e.g. .venv/bin/python -c \"from recipe.config import load_recipe; from recipe.run "
-                             "import model_directory; model_directory(load_recipe(), log_every=100)\"")
-    run_dir = Path(tempfile.mkdtemp(prefix="run_", dir=Path(args.result).parent))
-    try:
-        started = time.perf_counter()
-        run = Run(cfg, run_dir, "cpu", devices=args.threads)
-        load_seconds = time.perf_counter() - started
-        if getattr(run.c.off_policy, "asynchronous", False):
-            raise SystemExit("bench_speed child: the off_policy mode is asynchronous; this benchmark times the "
-                             "synchronous loop (off_policy=ppo_off_policy)")
-        shape = ModelShape.of(run.model)
-        P = cfg.rollout.prompts_per_batch
-        steps, first = [], {}
-        while run.step < total:
-            k = min(run.c.off_policy.k, total - run.step)
-            round_ = []
-            generated = []  # (samples, minibatch, generation seconds) of the round's k minibatches
-            if sample_round is not None:  # 1. generation: k minibatches with the same frozen weights
-                t0 = time.perf_counter()
-                orders = [run.c.curriculum.sample(P) for _ in range(k)]
-                both = [(samples, assemble_minibatch(samples, run.c))
-                        for samples in sample_round(run.generator, run.task, run.c, cfg, orders, run.rngs,
-                                                    policy_version=run.step)]
-                generation_s = (time.perf_counter() - t0) / k  # the round's time, a k-th to each step
-                generated = [(samples, minibatch, generation_s) for samples, minibatch in both]
-            else:
-                for _ in range(k):
-                    t0 = time.perf_counter()
-                    samples = sample_groups(run.generator, run.task, run.c, cfg,
-                                            run.c.curriculum.sample(P), run.rngs, policy_version=run.step)
-                    minibatch = assemble_minibatch(samples, run.c)
-                    generated.append((samples, minibatch, time.perf_counter() - t0))
-            for samples, minibatch, generation_s in generated:
-                rollout = samples.rollout
-                if not first:
-                    first = {"prompts_sha": hashlib.sha256(json.dumps(samples.prompt_ids).encode()).hexdigest()[:16],
-                             "rollout_sha": hashlib.sha256(rollout.input_ids.cpu().numpy().tobytes()).hexdigest()[:16]}
-                prompt_lengths = rollout.attention_mask[:, : rollout.prompt_width].sum(dim=1).tolist()
-                tokens, context = sequence_cost(prompt_lengths, rollout.lengths.tolist())
-                record = {
-                    "generation_s": generation_s, "completions": int(rollout.input_ids.shape[0]),
-                    "generated_tokens": int(rollout.lengths.sum()), "sampled_tokens": int(rollout.loss_mask.sum()),
-                    "prompt_tokens": int(sum(prompt_lengths)), "generation_flops": shape.forward_flops(tokens, context),
-                    "pass_rate": float(samples.correct.float().mean()),
-                }
-                kept = None if minibatch.batch is None else minibatch.batch.rollout
-                if kept is None:
-                    record.update(kept_rows=0, trained_tokens=0, trained_response_tokens=0, training_flops=0.0)
-                else:
-                    kept_prompt = kept.attention_mask[:, : kept.prompt_width].sum(dim=1).tolist()
-                    tokens, context = sequence_cost(kept_prompt, kept.lengths.tolist())
-                    record.update(kept_rows=int(kept.input_ids.shape[0]), trained_tokens=int(kept.attention_mask.sum()),
-                                  trained_response_tokens=int(kept.loss_mask.sum()),
-                                  training_flops=3.0 * shape.forward_flops(tokens, context))
-                round_.append((minibatch, record))
-            for minibatch, record in round_:  # 2. k optimizer steps in order
-                t0 = time.perf_counter()
-                train_on(minibatch, run.step, run)
-                record["training_s"] = time.perf_counter() - t0
-                record["step_s"] = record["generation_s"] + record["training_s"]
-                record["warmup"] = run.step < args.warmup
-                run.step += 1
-                steps.append(record)
-        run.tracker.finish()
-        result = {
-            "tree": str(tree), "recipe_file": recipe.__file__, "components_file": components.__file__,
-            "python": sys.executable, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "model_dir": str(model_dir),
-            "shape": {"params_non_embedding": shape.params, "layers": shape.layers, "width": shape.width},
-            "k": run.c.off_policy.k, "prompts_per_step": P, "samples_per_prompt": cfg.rollout.samples_per_prompt,
-            "max_new_tokens": cfg.rollout.max_new_tokens, "seed": cfg.seed, "load_run_s": load_seconds,
-            "first_step": first, "steps": steps,
-        }
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
-    Path(args.result).write_text(json.dumps(result) + "\n")
-    return 0
 
 
 # ---------------------------------------------------------------- parent: machine, rounds, summary
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or "unknown"
-
-
-def loadavg() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def git(*args: str, cwd: Path = REPO) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def matmul_peak(threads: int, sizes: list[int], repeats: int = 3) -> dict:
@@ -252,7 +92,7 @@ def run_tree(label: str, tree: Path, args, python: Path, tmp: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS=str(args.threads),
                MKL_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
     result_path = tmp / f"{label}_result.json"  # the child's run dir goes beside it: tmp is removed at the end
-    command = [str(python), str(Path(__file__).resolve()), "--child", "--tree", str(tree), "--result", str(result_path),
+    command = [str(python), str(CHILD), "--tree", str(tree), "--result", str(result_path),
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads),
                *args.overrides]
     try:
@@ -415,15 +255,10 @@ def main(argv=None) -> int:
     parser.add_argument("--old-commit", default=DEFAULT_OLD_COMMIT)
     parser.add_argument("--matmul-sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "out" / "bench_speed.json"))
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--tree", help=argparse.SUPPRESS)
-    parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("overrides", nargs="*", help="extra recipe overrides for old and new, e.g. off_policy.k=1")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.rounds < 1:
         parser.error("need --steps >= 1, --warmup >= 0, --rounds >= 1")
-    if args.child:
-        return run_child(args)
 
     if not args.no_trl and not (TRL_PYTHON.is_file() and PEER_SCRIPT.is_file()):
         missing = TRL_PYTHON if not TRL_PYTHON.is_file() else PEER_SCRIPT
@@ -443,7 +278,7 @@ def main(argv=None) -> int:
         "machine": {"node": platform.node(), "cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
                     "platform": platform.platform(), "python": platform.python_version(),
                     "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "load_at_start": loadavg()},
-        "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python -m benchmarks.bench_speed", *(sys.argv[1:] if argv is None else argv)]),
         "threads": args.threads, "rounds": args.rounds, "measured_steps": args.steps, "warmup_steps": args.warmup,
         "recipe_overrides": [*BASE_OVERRIDES, *args.overrides, "tracking.mlflow=false"],
         "old": {"commit": old_sha, "requested": args.old_commit},

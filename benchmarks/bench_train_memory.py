@@ -1,6 +1,6 @@
 """Peak memory of one native training step and of one decode against response length (issue 38).
 
-    .venv/bin/python benchmarks/bench_train_memory.py [--lengths 512 1024 2048 4096] [--layers 2]
+    .venv/bin/python -m benchmarks.bench_train_memory [--lengths 512 1024 2048 4096] [--layers 2]
         [--modes before after checkpointed decode] [--out benchmarks/out/train_memory.json]
 
 The model has Qwen2.5-1.5B's widths (hidden 1,536, MLP 8,960, 12 query and 2 key-value heads of 128,
@@ -40,7 +40,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks.common import REPO, cpu_model
 QWEN2P5_1P5B = dict(hidden_size=1536, intermediate_size=8960, num_attention_heads=12, num_key_value_heads=2,
                     head_dim=128, vocab_size=151936)
 PROMPT = 64
@@ -182,9 +182,9 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads)}
     for mode in args.modes:
         for T in args.lengths:
-            command = [sys.executable, __file__, "--mode", mode, "--point", str(T), "--layers", str(args.layers),
-                       "--threads", str(args.threads)]
-            done = subprocess.run(command, env=env, capture_output=True, text=True)
+            command = [sys.executable, "-m", "benchmarks.bench_train_memory", "--mode", mode, "--point", str(T),
+                       "--layers", str(args.layers), "--threads", str(args.threads)]
+            done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO)
             if done.returncode == 0:
                 point = json.loads(done.stdout.strip().splitlines()[-1])
             else:  # killed for memory (-9) is a finding: the curve stops there
@@ -211,14 +211,6 @@ def main() -> int:
 def save(results: dict, out: str) -> None:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(results, indent=1))
-
-
-def cpu_model() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor()
 
 
 if __name__ == "__main__":

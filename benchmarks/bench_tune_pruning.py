@@ -1,6 +1,6 @@
 """What sigmoid-aware pruning saves: the shipped tune study run twice, without pruning and with it.
 
-    .venv/bin/python benchmarks/bench_tune_pruning.py [--trials 8] [--seed 0] [--out benchmarks/out/tune-pruning]
+    .venv/bin/python -m benchmarks.bench_tune_pruning [--trials 8] [--seed 0] [--out benchmarks/out/tune-pruning]
 
 Both studies draw the same parameter sets in the same order (a seeded random sampler: its draws do
 not depend on earlier results, whereas TPE's would diverge after the first pruned trial), so trial n
@@ -30,8 +30,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO
 
 
 def run_study(spec, label: str) -> dict:

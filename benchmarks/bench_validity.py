@@ -1,8 +1,8 @@
 """Validation study (issue 17): do the LOO predictions, intervals and verdicts hold up?
 
-    .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR [SECOND_SWEEP_DIR] [--out FILE.json]
-    .venv/bin/python benchmarks/bench_validity.py --run benchmarks/validity.yaml [--run-again] [--seeds 3 4]
-    .venv/bin/python benchmarks/bench_validity.py SWEEP_DIR --protocols default:0 paper:0 default:10 default:0:equal
+    .venv/bin/python -m benchmarks.bench_validity SWEEP_DIR [SECOND_SWEEP_DIR] [--out FILE.json]
+    .venv/bin/python -m benchmarks.bench_validity --run benchmarks/validity.yaml [--run-again] [--seeds 3 4]
+    .venv/bin/python -m benchmarks.bench_validity SWEEP_DIR --protocols default:0 paper:0 default:10 default:0:equal
 
 SWEEP_DIR: a finished multi-seed LOO sweep (`sweep run` of benchmarks/validity.yaml: the embedded LOO
 with 3 seeds per variant at the paper's ratios, fit_at >= 3x the base's C_mid, target >= 6x). --run
@@ -46,8 +46,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from benchmarks.common import REPO
 
 MARGIN = 0.02
 

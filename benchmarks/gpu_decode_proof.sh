@@ -14,11 +14,11 @@ source benchmarks/gpu_env.sh
 # One at a time: the eager loop is bound by the host, and a second process on the GPU time-slices it (the eager
 # decode measured 88 ms a step beside the tests, 62 alone).
 say "decode (limit ${DECODE_LIMIT:-150}s)"
-timeout "${DECODE_LIMIT:-150}" $PY benchmarks/bench_gpu.py decode $TINY > "$GPU_PROOF_WORK/decode.log" 2>&1
+timeout "${DECODE_LIMIT:-150}" $PY -m benchmarks.bench_gpu decode $TINY > "$GPU_PROOF_WORK/decode.log" 2>&1
 say "decode: exit $?"
 if [ "${TRAIN_LIMIT:-150}" -gt 0 ]; then
   say "train_profile (limit ${TRAIN_LIMIT:-150}s)"
-  timeout "${TRAIN_LIMIT:-150}" $PY benchmarks/bench_gpu.py train_profile $TINY > "$GPU_PROOF_WORK/train_profile.log" 2>&1
+  timeout "${TRAIN_LIMIT:-150}" $PY -m benchmarks.bench_gpu train_profile $TINY > "$GPU_PROOF_WORK/train_profile.log" 2>&1
   say "train_profile: exit $?"
 fi
 say "tests (limit ${TEST_LIMIT:-150}s)"
@@ -28,13 +28,13 @@ say "tests: exit $?; $(tail -1 "$OUT/pytest.txt")"
 # `timeout 0` would mean no limit: a limit of 0 skips the part instead.
 if [ "${BASE_LIMIT:-200}" -gt 0 ]; then
   say "base: native then trl (limit ${BASE_LIMIT:-200}s)"
-  timeout "${BASE_LIMIT:-200}" $PY benchmarks/bench_gpu.py base $TINY > "$GPU_PROOF_WORK/base.log" 2>&1
+  timeout "${BASE_LIMIT:-200}" $PY -m benchmarks.bench_gpu base $TINY > "$GPU_PROOF_WORK/base.log" 2>&1
   say "base: exit $?"
 fi
 # PipelineRL-2 with both roles on the card (Qwen3-1.7B body): trainer idle fraction and staleness with the new decode.
 if [ "${PIPELINE_LIMIT:-150}" -gt 0 ]; then
   say "pipeline (limit ${PIPELINE_LIMIT:-150}s)"
-  timeout "${PIPELINE_LIMIT:-150}" $PY benchmarks/bench_gpu.py pipeline $TINY > "$GPU_PROOF_WORK/pipeline.log" 2>&1
+  timeout "${PIPELINE_LIMIT:-150}" $PY -m benchmarks.bench_gpu pipeline $TINY > "$GPU_PROOF_WORK/pipeline.log" 2>&1
   say "pipeline: exit $?"
 fi
 for part in decode train_profile base pipeline; do

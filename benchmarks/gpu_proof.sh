@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's CUDA proof on one GPU, in about 5 minutes: the CUDA tests, then benchmarks/bench_gpu.py's
 # parts, each under its own time limit so one hang cannot take the others. Results: $OUT/summary.txt,
-# pytest.txt, native.json (or native_train.json), pipeline.json, trl.json, run.log: 6 files (BENCHMARKS.md: "GPU").
+# pytest.txt, native.json (or native_train.json), pipeline.json, trl.json, run.log: 6 files (BENCHMARKS.md, "On one GPU: NVIDIA H200").
 # SIDE_PARTS picks the parts run beside the tests (default "pipeline trl"); SIDE_LIMIT and NATIVE_LIMIT their
 # time limits in seconds. E.g. the trl comparison alone: SIDE_PARTS=trl SIDE_LIMIT=300 NATIVE_LIMIT=1 bash ...
 #
@@ -37,13 +37,13 @@ timeout "$SIDE_LIMIT" $PY -m pytest -q -p no:cacheprovider -o addopts="" -m "gpu
 TESTS_PID=$!
 PIDS=()
 for part in $SIDE_PARTS; do
-  timeout "$SIDE_LIMIT" $PY benchmarks/bench_gpu.py "$part" $TINY > "$GPU_PROOF_WORK/$part.log" 2>&1 &
+  timeout "$SIDE_LIMIT" $PY -m benchmarks.bench_gpu "$part" $TINY > "$GPU_PROOF_WORK/$part.log" 2>&1 &
   PIDS+=("$part:$!")
 done
 for entry in "${PIDS[@]}"; do wait "${entry#*:}"; say "${entry%%:*}: exit $?"; done
 wait $TESTS_PID; say "tests: exit $?; $(tail -1 "$OUT/pytest.txt")"
 say "native: bench_gpu.py native ${NATIVE_ARGS:-} (limit ${NATIVE_LIMIT}s)"
-timeout "$NATIVE_LIMIT" $PY benchmarks/bench_gpu.py native $TINY ${NATIVE_ARGS:-} > "$GPU_PROOF_WORK/native.log" 2>&1
+timeout "$NATIVE_LIMIT" $PY -m benchmarks.bench_gpu native $TINY ${NATIVE_ARGS:-} > "$GPU_PROOF_WORK/native.log" 2>&1
 say "native: exit $?"
 # rollout.generator vllm on CUDA: the base recipe (PPO-off-policy-2) with its vLLM engine colocated with the trainer
 # on the one GPU, then the generator contract on vllm-cuda. Only where vLLM's CUDA build is installed

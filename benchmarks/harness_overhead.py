@@ -1,6 +1,6 @@
 """The sweep harness's own overhead, read from a finished sweep directory.
 
-    .venv/bin/python benchmarks/harness_overhead.py runs/scalerl-loo-embedded
+    .venv/bin/python -m benchmarks.harness_overhead runs/scalerl-loo-embedded
 
 Driver: <sweep>/harness.json (written by `sweep run`): wall-clock the driver spent planning,
 launching, polling (mirroring metrics to MLflow, progress, state files; sleeps excluded) and

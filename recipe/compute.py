@@ -11,9 +11,9 @@ chosen once when a run starts (clock_for) and kept in its checkpoints:
   the load), while its CPU time stays put as long as no thread burns CPU waiting: threads asleep
   cost nothing, but OpenMP threads spin-waiting at a barrier are charged. That is this clock's limit:
   with 2+ torch threads a competing process deschedules one thread while its peer spins (libgomp
-  spins ~300k times before sleeping), and CPU-seconds inflate too (benchmarks/bench_cpu_axis.py, 2
-  cores, load ~3.5: 6x, wall-clock 12x). With one torch thread per job, or GOMP_SPINCOUNT=1000 (set
-  before torch loads; ~20% slower alone), they stay within ~10%.
+  spins ~300k times before sleeping), and CPU-seconds inflate too (6x under a 2-thread competitor;
+  BENCHMARKS.md, "The compute axis on a shared CPU"). With one torch thread per job, or
+  GOMP_SPINCOUNT=1000 (set before torch loads; ~20% slower alone), they stay within ~10%.
 
 Both clocks are measured around the same phases: in the synchronous loop generation and training take
 turns (their sum); under PipelineRL the wall-clock is the trainer loop's, waits included, x the devices

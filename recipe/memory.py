@@ -1,7 +1,7 @@
 """How much device memory the native engine needs: bytes per parameter and per token, from a model's shape.
 
-The README's table of the largest model and response one 80 GB GPU holds is computed here
-(scripts/readme_memory_table.py), and tests/recipe/test_memory.py holds every per-token figure equal
+docs/memory.md's table of the largest model and response one 80 GB GPU holds is computed here
+(scripts/docs_memory_table.py), and tests/recipe/test_memory.py holds every per-token figure equal
 to what the code itself keeps: the bytes autograd saves for the backward of the trainer's own forward
 (recipe.trainer.sequence_logprobs), the generator's key/value buffers, the model's parameter count.
 

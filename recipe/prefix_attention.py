@@ -27,9 +27,7 @@ queries, in blocks of TRAINING_QUERY_BLOCK recomputed in the backward, autograd 
 the model runs on the real tokens packed into one row and only this function lays them out as rows,
 see `SharedPrefixCache.pack_responses`); the prompts' own forward keeps the model's attention. Both
 roles compute the same arithmetic, so behaviour and trainer logprobs agree to round-off in any dtype.
-Measured on the testbed (AMD EPYC, 2 threads): a 2,048-row generate call 12-26% faster, a training
-step ~5% with padded rows and 15% with packed tokens (BENCHMARKS.md, "Speed of the RL step: the
-shared prompt read once" and "Packed response tokens in the trainer").
+What it saves on the testbed: BENCHMARKS.md, "Shared prompt and packed tokens".
 """
 
 from __future__ import annotations
@@ -43,15 +41,12 @@ NAME = "scalerl_shared_prefix"
 # The trainer's response queries are attended in blocks of this many, each block recomputed in the
 # backward: a block's (rows, heads, block, prompt + response) scores are the largest tensor attention
 # makes, so memory grows linearly with the response, not with its square. 0: the whole response at once
-# (the code before issue 38; benchmarks/bench_train_memory.py compares the two).
+# (bench_train_memory's `before` mode; BENCHMARKS.md, "Trainer memory against response length on CPU").
 TRAINING_QUERY_BLOCK = 512
-# Decoding keeps each layer's response keys and values in buffers of the token limit (no per-step
-# concatenation) on CUDA, and on CPU from this many tokens on. Below it, on CPU, concatenation is faster:
-# a batched matmul over the buffers' strided views is 3-5x slower than over contiguous keys, and copying
-# them contiguous each step costs more than the concatenation (testbed, AMD EPYC: generate 8% slower with
-# buffers). Past it, concatenation copies every key at every step and leaves glibc's heap growing faster
-# than the cache (one 4,096-token decode holding 16.8 MB of keys and values: +204 MB with concatenation,
-# +16.9 MB with buffers; BENCHMARKS.md, "Trainer memory against response length on CPU").
+# Decoding keeps each layer's response keys and values in buffers of the token limit on CUDA, and on CPU
+# from this many tokens on. Below it, on CPU, concatenation is faster (a matmul over the buffers' strided
+# views is slower than over contiguous keys). Past it, concatenation copies every key at every step and
+# glibc's heap outgrows the cache (BENCHMARKS.md, "Trainer memory against response length on CPU").
 PREALLOCATE_FROM_TOKENS = 256
 
 

@@ -261,12 +261,10 @@ def build_math_task(train_path: str, validation_path: str | None, validation_siz
 # recipe's interruption cuts a response at its thinking budget, forcing the paper's phrase and `</think>` as
 # plain text tokens, and the answer section follows. The checker reads the answer section (after the last
 # `</think>`) when there is one, else the whole response, and compares its last number with the answer.
-# Why not a `<think>` opened in the prompt, as on the embedded task: SmolLM2-135M-Instruct (a Q4_1 rounding)
-# does not follow that convention. With it, greedy answers were right 1.6% of the time on 1-2 digit
-# problems and sampled ones 0% (1 correct response in 256 over 8 training steps): RL had almost nothing to learn
-# from. In its own chat format, 1-digit problems at temperature 0.7 are right ~10-30% of the time, and a rambling
-# answer's later numbers make it wrong: the reward and the length controls act on exactly what the model can
-# improve (issue 51; the base went from 0.09 to 0.90 in 60 steps, its responses from 57 tokens to 16).
+# Why not a `<think>` opened in the prompt, as on the embedded task: SmolLM2-135M-Instruct does not follow
+# that convention, so RL had almost no correct sample to learn from. In its own chat format it starts at a
+# pass rate of ~0.1, and a rambling answer's later numbers make it wrong, so the reward and the length
+# controls act on what the model can improve (BENCHMARKS.md, "SmolLM2-135M-Instruct").
 #
 # Difficulty is the operands' size: each operand of a problem has task.min_digits..max_digits digits
 # (multiplication: the second factor 2..12). Problems are drawn from a seeded generator: half bare

@@ -20,17 +20,13 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
-
 
 def main() -> int:
     import torch
     import transformers
 
-    from bench_speed import cpu_model  # the benchmarks' CPU-model reader
     from recipe.config import load_recipe
+    from recipe.machine import cpu_model
     from recipe.warm_start import SHIPPED_DIR, build_warm_start, warm_start_key
 
     torch.set_num_threads(2)

@@ -246,11 +246,10 @@ def usable_cores() -> int:
 def oversubscription_note(spec: SweepSpec) -> str | None:
     """A warning when local jobs running at once ask for more cores than this machine grants, else None.
 
-    Not an error (a machine may be meant to be shared), but it rarely pays: two ScaleRL-base jobs at once on
-    the 2-core testbed machine (2 x 2 cores) did 48% of their compute each in 3 minutes, against ~80 s for a
-    whole job alone (an idle OpenMP worker of each trainer spins on the cores the other job needs); with
-    OMP_WAIT_POLICY=PASSIVE a pair took 155 s, 0.97x two jobs one after another, and 15% more CPU-seconds
-    (BENCHMARKS.md, "Two jobs at once on two cores").
+    Not an error (a machine may be meant to be shared), but it rarely pays: each trainer's idle OpenMP worker
+    spins on the cores the other job needs, and even with OMP_WAIT_POLICY=PASSIVE two jobs at once on 2
+    cores took 0.97x the time of one after the other, for 15% more CPU-seconds (BENCHMARKS.md, "Two jobs
+    at once").
     """
     if spec.executor.name != "local":
         return None

@@ -64,9 +64,8 @@ class BudgetSpec:
     # Which fits the verdicts (and the table's A, B, C_mid) come from: "window", the fits on [burn_in,
     # fit_at] whose predictions the target scores (the paper's LOO protocol); or "run", fits on [burn_in,
     # target], every point each run observed, while the predictions at the target still come from the
-    # window's fits and are scored there. A fitted ceiling is extrapolated from where its window ends: a
-    # window of ~4x C_mid leaves an MDE in A of ~0.14 on the testbed, the whole run's ~9x ~0.07 (BENCHMARKS.md,
-    # "Toward a demo whose nulls mean something").
+    # window's fits and are scored there. A fitted ceiling is extrapolated from where its window ends, so
+    # the whole run places A better (BENCHMARKS.md, "What the demo can detect").
     verdicts_from: str = "window"
 
 

@@ -2,8 +2,9 @@
 
 Three kinds of check, each able to fail on a real drift:
 - links: every relative link of README.md, BENCHMARKS.md and docs/*.md names a file that exists and, with
-  a #fragment, a heading of that file (GitHub's anchor rule); every `BENCHMARKS.md, "Title"` reference
-  names a heading of BENCHMARKS.md;
+  a #fragment, a heading of that file (GitHub's anchor rule); every citation of a BENCHMARKS.md section,
+  by its title in quotes or by its #anchor, in those pages and in every tracked .py, .yaml, .sh, .cfg and
+  .toml file, names a heading of BENCHMARKS.md;
 - the README's commands and keys: `make` targets in the Makefile, `sweep` subcommands and their options
   in the CLI's parsers, dotted keys as fields of the recipe / sweep spec / tune spec, dotted Python names
   importable, file paths present, the architecture tree's files present, its YAML specs loadable;
@@ -17,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
+import subprocess
 import typing
 from pathlib import Path
 
@@ -31,7 +33,10 @@ FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.MULTILINE | re.DOTALL)
 HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.MULTILINE)
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
-BENCHMARK_REFERENCE = re.compile(r"BENCHMARKS\.md, \"([^\"]+)\"")
+# A section cited by title (BENCHMARKS.md, then the title in double quotes; or BENCHMARKS alone) or by anchor.
+CITED_TITLE = re.compile(r"BENCHMARKS(?:\.md)?,?\s+\"([^\"]+)\"")
+CITED_ANCHOR = re.compile(r"BENCHMARKS\.md#([\w-]+)")
+CODE_SUFFIXES = (".py", ".yaml", ".yml", ".sh", ".cfg", ".toml")
 DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 FILE_SUFFIXES = {"yaml", "yml", "py", "md", "csv", "pdf", "json", "jsonl", "png", "db", "txt", "sh", "toml", "cfg",
                  "log", "out", "err", "pkl"}
@@ -94,12 +99,54 @@ def benchmark_titles() -> list[str]:
     return [heading.replace("`", "").lower() for _, heading in HEADING.findall(text)]
 
 
+def joined_lines(text: str) -> str:
+    """Text with its line breaks, and the comment marks that continue a comment, turned into single spaces, so a
+    title cited across two lines of a comment or a docstring reads as one."""
+    return re.sub(r"[ \t]*\n[ \t]*(?:#[ \t]*)?", " ", text)
+
+
+def missing_citations(texts: dict[str, str], titles: list[str], heading_anchors: set[str]) -> list[str]:
+    """`name: "Title"` for each cited title that is part of no BENCHMARKS.md heading (case and backticks aside),
+    `name: #anchor` for each cited anchor that is none of its headings' anchors, over {name: text}."""
+    missing = []
+    for name, text in texts.items():
+        flat = joined_lines(text)
+        missing += [f'{name}: "{title}"' for title in CITED_TITLE.findall(flat)
+                    if not any(title.replace("`", "").lower() in heading for heading in titles)]
+        missing += [f"{name}: #{anchor}" for anchor in CITED_ANCHOR.findall(flat) if anchor not in heading_anchors]
+    return missing
+
+
+def tracked_code_files() -> list[Path]:
+    """The repository's tracked files that can cite BENCHMARKS.md in comments and docstrings."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return [REPO / name for name in listed.split("\0") if name.endswith(CODE_SUFFIXES) and (REPO / name).is_file()]
+
+
+def texts_of(paths: list[Path]) -> dict[str, str]:
+    return {str(path.relative_to(REPO) if REPO in path.parents else path): path.read_text() for path in paths}
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(REPO)))
 def test_every_benchmarks_section_named_exists(page):
-    titles = benchmark_titles()
-    missing = [name for name in BENCHMARK_REFERENCE.findall(re.sub(r"\s+", " ", page.read_text()))
-               if not any(name.lower() in title for title in titles)]
-    assert missing == []
+    assert missing_citations(texts_of([page]), benchmark_titles(), anchors(REPO / "BENCHMARKS.md")) == []
+
+
+def test_every_benchmarks_section_the_code_cites_exists():
+    files = tracked_code_files()
+    assert {REPO / "sweeps" / "loo.yaml", REPO / "recipe" / "prefix_attention.py"} <= set(files)
+    assert missing_citations(texts_of(files), benchmark_titles(), anchors(REPO / "BENCHMARKS.md")) == []
+
+
+def test_a_citation_of_a_missing_section_in_a_py_file_is_caught(tmp_path):
+    cite = "BENCHMARKS"  # the citations below are built, so this file itself cites nothing
+    planted = tmp_path / "planted.py"
+    planted.write_text(f'"""A module."""\n\n# two steps (see {cite}.md, "A section that is\n# not there")\n'
+                       f'LIMIT = 3  # {cite}.md#no-such-anchor; {cite} "Nowhere either"\n'
+                       f'# as measured ({cite}.md, "`make demo`"), {cite}.md#make-demo\n')
+    missing = missing_citations(texts_of([planted]), benchmark_titles(), anchors(REPO / "BENCHMARKS.md"))
+    assert missing == [f'{planted}: "A section that is not there"', f'{planted}: "Nowhere either"',
+                       f"{planted}: #no-such-anchor"]
 
 
 # ---- what the README shows exists in the code -------------------------------------------------------------

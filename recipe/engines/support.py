@@ -2,7 +2,7 @@
 
 A row per (axis, choice): how the native engine runs it, and how TRL's GRPOTrainer does (a config
 field it has, an extension point we fill in recipe/engines/trl/, or a refusal with the fix).
-`check_engine` refuses a recipe before any job starts; `support_table` prints the README's table.
+`check_engine` refuses a recipe before any job starts; `support_table` prints docs/engines.md's table.
 Torch-free: the sweep planner calls it.
 """
 
@@ -237,7 +237,7 @@ def check_async_grpo(recipe: Mapping[str, Any], choices: Mapping[str, str]) -> N
 
 
 def support_table() -> str:
-    """The README's table: axis, choice, native, trl (config / emulated how / refused why), how far trl's row is
+    """docs/engines.md's table: axis, choice, native, trl (config / emulated how / refused why), how far trl's row is
     verified; then the trl engine's own settings."""
     from components import REGISTRIES
 

@@ -1,6 +1,6 @@
 """recipe/memory.py against the code's own accounting: the bytes autograd saves in the trainer's forward,
-the parameters a model has, the generator's key/value buffers. The README's memory table is built from
-these figures (scripts/readme_memory_table.py)."""
+the parameters a model has, the generator's key/value buffers. docs/memory.md's table is built from
+these figures (scripts/docs_memory_table.py)."""
 
 from __future__ import annotations
 
@@ -135,8 +135,8 @@ def test_longest_response_is_the_longest_that_fits():
     assert memory.longest_response(memory.QWEN3_8B, device) == 0  # its trainer state alone is 131 GB
 
 
-def test_the_readme_memory_table_is_the_one_computed_here():
+def test_the_docs_memory_table_is_the_one_computed_here():
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert memory.memory_table() in readme  # scripts/readme_memory_table.py rewrites it
+    page = (Path(__file__).resolve().parents[2] / "docs" / "memory.md").read_text()
+    assert memory.memory_table() in page  # scripts/docs_memory_table.py rewrites it

@@ -192,9 +192,9 @@ def test_kill_9_then_the_same_command_resumes_from_trls_checkpoint(tiny_override
     assert saved[resumed_from] <= set(final)
 
 
-def test_the_readme_support_table_is_the_one_the_code_enforces():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert support_table() in readme
+def test_the_docs_support_table_is_the_one_the_code_enforces():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text()
+    assert support_table() in page  # scripts/docs_support_table.py rewrites it
 
 
 def test_launched_processes_share_this_processs_threads_unless_omp_num_threads_is_set(monkeypatch):
@@ -234,9 +234,9 @@ def test_a_sharded_job_trains_evaluates_and_saves_sharded_checkpoints(tiny_overr
 
 def test_a_sharded_bf16_body_gets_bf16_embeddings_even_with_trls_tied_fp32_head_hook(tiny_model_dir, tiny_overrides,
                                                                                       tmp_path):
-    """TRL's cast_lm_head_to_fp32 on a tied model hooks the embeddings to return their fp32 dtype; under FSDP that
-    broke gradient checkpointing's recompute on an H200 (BENCHMARKS.md, GPU). embeddings_in_compute_dtype, which
-    train_trl applies to sharded jobs, hands the layers the body's bf16 again."""
+    """TRL's cast_lm_head_to_fp32 on a tied model hooks the embeddings to return their fp32 dtype; under FSDP
+    that broke gradient checkpointing's recompute on an H200 (BENCHMARKS.md, "On one GPU").
+    embeddings_in_compute_dtype, which train_trl applies to sharded jobs, hands the layers the body's bf16 again."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -134,7 +134,7 @@ def test_local_jobs_asking_more_cores_than_the_machine_grants_get_a_warning_nami
     monkeypatch.setattr("sweeps.planner.usable_cores", lambda: 8)
     assert oversubscription_note(crowded) is None
 
-# The nearest recipe to the ScaleRL base that engine trl can run (README, "Engines").
+# The nearest recipe to the ScaleRL base that engine trl can run (docs/engines.md).
 TRL_OVERRIDES = {"engine": {"name": "trl"}, "aggregation": "token_mean", "curriculum": "uniform",
                  "length_control": "none", "off_policy": {"name": "ppo_off_policy", "k": 8}}
 
