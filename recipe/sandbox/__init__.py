@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 
 from recipe.sandbox.cases import VERDICTS, CallTest, Job, Limits, Outcome, StdioTest
-from recipe.sandbox.layers import LAYERS, UID_BASE
+from recipe.sandbox.layers import LAYERS, MAX_WORKERS
 from recipe.sandbox.pool import Settings, receive, send
 
 __all__ = ["LAYERS", "VERDICTS", "CallTest", "Job", "Limits", "Outcome", "Sandbox", "SandboxError", "StdioTest"]
@@ -44,14 +44,14 @@ class Sandbox:
     python: the interpreter that runs the programs (default: this one's real executable).
     backend: force "bwrap", "unshare" or "direct" (default: the first that works).
     tag: a word in every sandbox process's command line (`pgrep -f TAG` finds a leak; the tests look for it).
-    uid_base: as root, slot k runs programs as uid uid_base + k.
+    uid_base: as root, slot k runs programs as uid uid_base + k (default: a range no other live pool uses).
     warm: each slot keeps its sandbox for the next sample, a fresh child per test (False: a new sandbox, and so
         a new interpreter, per sample: ~5x the CPU a sample, BENCHMARKS.md).
     """
 
     def __init__(self, *, disable=(), require=(), workers: int | None = None, limits: Limits | None = None,
                  python: str | None = None, backend: str | None = None, tag: str = "scalerl-sandbox",
-                 uid_base: int = UID_BASE, warm: bool = True):
+                 uid_base: int | None = None, warm: bool = True):
         for key, names in (("disable", disable), ("require", require)):
             unknown = sorted(set(names) - set(LAYERS))
             if unknown:
@@ -61,6 +61,8 @@ class Sandbox:
         if not tag.replace("-", "").isalnum():
             raise ValueError(f"sandbox tag: got {tag!r}, expected letters, digits and dashes")
         workers = workers or len(os.sched_getaffinity(0))
+        if not 1 <= workers <= MAX_WORKERS:
+            raise ValueError(f"sandbox workers: got {workers}, expected 1..{MAX_WORKERS}")
         settings = Settings(frozenset(disable), python or os.path.realpath(sys.executable),
                             {name: shutil.which(name) for name in ("bwrap", "unshare")}, backend, workers,
                             limits or Limits(), tag, uid_base, warm)

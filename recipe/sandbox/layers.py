@@ -29,7 +29,8 @@ from pathlib import Path
 
 LAYERS = ("uid", "user", "pid", "net", "mount", "landlock", "seccomp")
 NAMESPACE_LAYERS = ("pid", "net", "mount")
-UID_BASE = 1_900_000_000  # far from any distribution's user ranges: a slot's uid owns nothing else
+UID_BASE = 1_000_000_000  # far from any distribution's user ranges: a slot's uid owns nothing else
+MAX_WORKERS = 256  # slots of one pool; pool k's uids are UID_BASE + pid_k * MAX_WORKERS + slot (< 2**32 - 1)
 RUNNER_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
 

@@ -30,13 +30,14 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from recipe.sandbox import runner
 from recipe.sandbox.cases import Job, Limits, Outcome, StdioTest
-from recipe.sandbox.layers import (DEVICES, LAYERS, namespace_prefix, plan_sandbox, private_home,
-                                   unreadable_interpreter)
+from recipe.sandbox.layers import (DEVICES, LAYERS, MAX_WORKERS, UID_BASE, namespace_prefix, plan_sandbox,
+                                   private_home, unreadable_interpreter)
 from recipe.sandbox.seccomp import SeccompUnavailable, compile_filter
 
 RUNNER_SOURCE = Path(runner.__file__).read_text()
@@ -53,7 +54,7 @@ class Settings:
     workers: int
     limits: Limits
     tag: str
-    uid_base: int
+    uid_base: int | None  # None: UID_BASE + this pool's pid x MAX_WORKERS, distinct from every live pool's
     warm: bool = True  # keep each slot's sandbox for the next sample (False: a fresh sandbox per sample)
 
 
@@ -68,6 +69,8 @@ class Worker:
 
 class Pool:
     def __init__(self, settings: Settings):
+        if settings.uid_base is None:
+            settings = dataclasses.replace(settings, uid_base=UID_BASE + os.getpid() * MAX_WORKERS)
         self.settings = settings
         try:
             self.seccomp, seccomp_error = compile_filter(), None
