@@ -9,7 +9,7 @@ output equal to it. Checking happens in the pool (recipe/sandbox/pool.py) on the
   |a - b| <= tolerance * max(1, |b|).
 - CallTest: the value of `expression` (evaluated in the program's namespace) comes back as a repr of plain
   data (exact builtin types: an object with a forged __eq__ is refused inside and fails), is parsed here with
-  ast.literal_eval, and compared with `expected` by Python's == (or math.isclose with `tolerance`); with
+  ast.literal_eval, and compared with `expected` (== by default; numbers within `tolerance` as above); with
   lists_equal_tuples, tuples compare as lists (JSON-sourced expectations, LiveCodeBench's rule).
 """
 
@@ -73,27 +73,44 @@ class StdioTest:
         return all(tokens_close(a.split(), e.split(), self.tolerance) for a, e in zip(actual, expected))
 
 
+COMPARES = ("eq", "truthy", "falsy", "is")
+
+
 @dataclass(frozen=True)
 class CallTest:
-    expression: str  # e.g. "add(2, 3)" or "Solution().twoSum([2, 7], 9)": evaluated after the program ran
-    expected: object  # plain data: what the expression must equal
+    """expression (e.g. "add(2, 3)") is evaluated after the program ran, in its namespace (after `setup`: a
+    test file's imports); its value must satisfy `compare` against `expected`: eq (==, or within tolerance),
+    truthy / falsy (`assert f(x)` / `assert not f(x)`), is (`assert f(x) is None`). Every comparison runs
+    here on plain data, never inside on the program's objects (whose __eq__ or __bool__ it could forge)."""
+    expression: str
+    expected: object = True
+    compare: str = "eq"
     tolerance: float | None = None
     lists_equal_tuples: bool = False
+    setup: str = ""
 
-    def sandbox_input(self) -> tuple[str, str]:
-        return ("call", self.expression)
+    def __post_init__(self):
+        if self.compare not in COMPARES:
+            raise ValueError(f"CallTest compare: got {self.compare!r}, expected one of {', '.join(COMPARES)}")
+
+    def sandbox_input(self) -> tuple[str, str, str]:
+        return ("call", self.expression, self.setup)
 
     def check(self, printed: bytes, returned: bytes) -> bool:
         try:
             value = ast.literal_eval(returned.decode("utf-8"))
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError, UnicodeDecodeError):
             return False
+        if self.compare in ("truthy", "falsy"):
+            return bool(value) == (self.compare == "truthy")
+        if self.compare == "is":
+            return value is self.expected
         expected = self.expected
         if self.lists_equal_tuples:
             value, expected = tuples_as_lists(value), tuples_as_lists(expected)
-        if self.tolerance is not None:
-            return values_close(value, expected, self.tolerance)
         try:
+            if self.tolerance is not None:
+                return values_close(value, expected, self.tolerance)
             return bool(value == expected)
         except RecursionError:
             return False
@@ -139,10 +156,11 @@ def is_number(value: object) -> bool:
 
 
 def values_close(value: object, expected: object, tolerance: float) -> bool:
-    """== with floats compared by math.isclose(rel_tol=abs_tol=tolerance), through lists, tuples and dicts."""
+    """== with numbers within |a - b| <= tolerance * max(1, |b|) when either is a float, through lists, tuples and
+    dicts."""
     if isinstance(expected, float) or isinstance(value, float):
-        return (is_number(value) and is_number(expected)
-                and math.isclose(value, expected, rel_tol=tolerance, abs_tol=tolerance))
+        return (is_number(value) and is_number(expected) and math.isfinite(value)
+                and abs(value - expected) <= tolerance * max(1.0, abs(expected)))
     if isinstance(expected, (list, tuple)):
         return (type(value) is type(expected) and len(value) == len(expected)
                 and all(values_close(v, e, tolerance) for v, e in zip(value, expected)))

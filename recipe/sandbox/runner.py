@@ -160,6 +160,8 @@ def run_child(setup, job, test, fds, library):
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
         exec(job["code"], namespace)
         if test[0] == "call":
+            if test[2]:
+                exec(compile(test[2], "<test setup>", "exec"), namespace)
             value = eval(compile(test[1], "<test>", "eval"), namespace)
             os.write(3, repr(plain(value)).encode("utf-8", "backslashreplace"))
         status = 0
