@@ -113,7 +113,9 @@ attack("write_home", "mount landlock uid", "wrote", "open('$home/attack', 'w').w
 attack("write_tmp", "mount landlock", "wrote", "open('/tmp/$token-tmp', 'w').write('x')\nprint('wrote')\n")
 attack("write_outside", "mount landlock uid", "wrote", "open('$outside/attack', 'w').write('x')\nprint('wrote')\n")
 attack("read_env_secret", "base", "$secret", "import os\nprint(os.environ.get('$secret_name', 'absent'))\n")
-attack("read_proc_environ", "pid mount uid landlock", "$secret", """
+# root_nocaps: as root the program keeps no capabilities (the base), and a process without them may not read the
+# environ of a root process that has them (the victim): the base stops it for root, not for another user.
+attack("read_proc_environ", "pid mount uid landlock root_nocaps", "$secret", """
 import os
 pids, pid = [$victim], os.getpid()
 for _ in range(12):  # every ancestor too (the runner, bwrap, the pool, the caller)
@@ -314,12 +316,23 @@ def attack_job(item: Attack, targets: Targets) -> Job:
     return Job(program, (StdioTest("", expected),), limits=LIMITS)
 
 
+def marks(item: Attack, targets: Targets) -> list[Path]:
+    return {"write_home": [targets.home / "attack"], "write_tmp": [Path(f"/tmp/{targets.token}-tmp")],
+            "write_outside": [targets.outside / "attack"],
+            "posix_shell_escape": [targets.outside / "shell", targets.outside / "spawn"]}.get(item.name, [])
+
+
+def clear_marks(targets: Targets) -> None:
+    """Forget the previous run's breaches (files written, bytes received) before the next configuration."""
+    for item in ATTACKS.values():
+        for path in marks(item, targets):
+            path.unlink(missing_ok=True)
+    targets.received.clear()
+
+
 def side_effects(item: Attack, targets: Targets) -> bool:
     """Whether the attack left a mark outside the sandbox (a file, a received byte)."""
-    marks = {"write_home": [targets.home / "attack"], "write_tmp": [Path(f"/tmp/{targets.token}-tmp")],
-             "write_outside": [targets.outside / "attack"],
-             "posix_shell_escape": [targets.outside / "shell", targets.outside / "spawn"]}.get(item.name, [])
-    if any(path.exists() for path in marks):
+    if any(path.exists() for path in marks(item, targets)):
         return True
     network = item.name in ("connect_loopback", "bind_loopback_port", "ctypes_raw_socket")
     return network and any(targets.token.encode() in data for data in list(targets.received))
@@ -327,7 +340,7 @@ def side_effects(item: Attack, targets: Targets) -> bool:
 
 def features(record: dict) -> set[str]:
     """The active layers, plus landlock_net where Landlock also guards TCP (ABI >= 4), plus the base."""
-    active = set(record["active"]) | {"base"}
+    active = set(record["active"]) | {"base"} | ({"root_nocaps"} if record["root"] else set())
     if "landlock" in active and record["landlock_abi"] >= 4:
         active.add("landlock_net")
     return active
@@ -377,6 +390,7 @@ def run_battery(targets: Targets, **sandbox_arguments) -> dict:
     from recipe.sandbox import Sandbox
 
     tag = "scalerl-battery-" + targets.token[:8]
+    clear_marks(targets)
     with Sandbox(tag=tag, limits=LIMITS, **sandbox_arguments) as sandbox:
         record = sandbox.layers_record()
         attacks = [item for item in ATTACKS.values() if runnable(item, record)]
@@ -403,6 +417,8 @@ CONFIGURATIONS = {  # name -> layers switched off (the battery's columns)
     "all": (), "-uid": ("uid",), "-pid": ("pid",), "-net": ("net",), "-mount": ("mount",),
     "-landlock": ("landlock",), "-seccomp": ("seccomp",), "no namespaces": ("pid", "net", "mount"),
     "base only": ("uid", "user", "pid", "net", "mount", "landlock", "seccomp"),
+    **{f"only {layer}": tuple(other for other in ("uid", "user", "pid", "net", "mount", "landlock", "seccomp")
+                              if other != layer) for layer in ("uid", "pid", "net", "mount", "landlock", "seccomp")},
 }
 
 

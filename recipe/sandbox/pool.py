@@ -100,7 +100,7 @@ class Pool:
 
     def record(self) -> dict:
         plan = self.plan
-        return {"active": self.active(), "layers": dict(plan.layers),
+        return {"active": self.active(), "layers": dict(plan.layers), "root": plan.root,
                 "backend": f"{plan.backend} ({plan.tool_version})" if plan.tool else plan.backend,
                 "python": f"{plan.interpreter.executable} ({plan.interpreter.version})",
                 "uid": f"{self.settings.uid_base}+slot" if plan.drops_uid else os.geteuid(),

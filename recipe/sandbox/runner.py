@@ -113,8 +113,19 @@ def prepare_seccomp(program):
     return SockFprog(len(program) // 8, ctypes.addressof(buffer)), buffer
 
 
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
 def confine(library, setup):
-    """In a test's child: enter the Landlock domain and the seccomp filter; both hold for every descendant."""
+    """In a test's child: no capabilities (a program left running as root keeps none), no new privileges,
+    then the Landlock domain and the seccomp filter; all of it holds for every descendant."""
+    if os.geteuid() == 0 and library.capset(ctypes.byref(CapHeader(0x20080522, 0)), (CapData * 2)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset")
     library.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if setup["ruleset"] is not None and library.syscall(LANDLOCK_RESTRICT_SELF, ctypes.c_int(setup["ruleset"]),
                                                         ctypes.c_uint32(0)) < 0:
@@ -349,7 +360,7 @@ def main():
     rules = open_rule_paths(setup["read"], setup["write"]) if setup["landlock"] else []
     setup["ruleset"] = make_ruleset(library, setup["landlock"], rules) if setup["landlock"] else None
     setup["fprog"] = prepare_seccomp(setup["seccomp"]) if setup["seccomp"] else None
-    _ = (library.prctl, library.syscall)  # looked up (and cached) once here, not in every child
+    _ = (library.prctl, library.syscall, library.capset)  # looked up (and cached) once here, not in every child
     gc.freeze()  # the runner's objects stay out of the children's collections (fewer copy-on-write pages)
     devnull = os.open(os.devnull, os.O_RDWR)
     while True:

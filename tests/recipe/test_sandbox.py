@@ -1,7 +1,7 @@
 """recipe/sandbox: the trusted checks, the pool's protocol and limits, and the hostile battery layer by layer.
 
 The battery (recipe/sandbox/battery.py) runs once per configuration (every layer on, each off, no namespaces,
-the base alone, the unshare backend) in one worker (xdist_group): each attack must be stopped exactly where a
+the base alone, the unshare backend; each layer alone under -m slow) in one worker (xdist_group): each attack must be stopped exactly where a
 layer that stops it is active, get through where none is (so each layer's share is known), stay within its
 bound, and leave no process and no file behind. It runs again as an unprivileged user (uid 65534).
 """
@@ -148,7 +148,10 @@ def test_a_fresh_sandbox_per_sample_gives_the_same_verdicts():
 # ---------------------------------------------------------------------------------------------------
 # The hostile battery, layer by layer
 
-BATTERY_CONFIGURATIONS = [*CONFIGURATIONS, "unshare backend"]
+# "only X" (the base and one layer) shows each layer's share alone; slow: the default run keeps every layer on,
+# each off, the namespaces off, the base alone and the unshare backend (~35 s on 2 busy cores).
+BATTERY_CONFIGURATIONS = [pytest.param(name, marks=pytest.mark.slow) if name.startswith("only ") else name
+                          for name in [*CONFIGURATIONS, "unshare backend"]]
 
 
 @pytest.fixture(scope="module")
