@@ -1,9 +1,10 @@
 """recipe/sandbox: the trusted checks, the pool's protocol and limits, and the hostile battery layer by layer.
 
 The battery (recipe/sandbox/battery.py) runs once per configuration (every layer on, each off, no namespaces,
-the base alone, the unshare backend; each layer alone under -m slow) in one worker (xdist_group): each attack must be stopped exactly where a
-layer that stops it is active, get through where none is (so each layer's share is known), stay within its
-bound, and leave no process and no file behind. It runs again as an unprivileged user (uid 65534).
+the base alone, the unshare backend; each layer alone under -m slow) in one worker (xdist_group): each attack
+must be stopped exactly where a layer that stops it is active, get through where none is (so each layer's
+share is known), stay within its bound, and leave no process and no file behind. It runs again as an
+unprivileged user (uid 65534).
 """
 
 from __future__ import annotations
