@@ -2,18 +2,18 @@
 
     sandbox = Sandbox(workers=2)                       # recipe/sandbox: one pool per job
     reward = CodeReward(sandbox)                       # partial=True: 2 * fraction_passed - 1 instead
-    reward.rewards(responses, [tests_from_row(row) for row in rows])
+    reward.rewards(responses, [read_row_tests(row) for row in rows])
 
 A response's program is the last fenced ```python (```py, ```python3) block, or what a given `extract`
 returns; a response without one scores -1 without a sandbox. Tests come in the two forms the public code data
-uses (tests_from_row reads DeepCoder, TACO/APPS, LiveCodeBench and MBPP-style rows):
+uses (read_row_tests reads DeepCoder, TACO/APPS, LiveCodeBench and MBPP-style rows):
 
 - stdin/stdout pairs (StdioTest): the program reads the input and must print the output;
 - calls (CallTest): a function call (`fn_name` and arguments) or an assert statement, parsed here with `ast`
   into the call and its expected value. Only asserts whose comparison can be made outside the sandbox on
   plain data are accepted (== a literal, `is` True/False/None, truthiness, math.isclose and
   abs(x - y) < tol with a literal): anything else (`assert f(x) > 3` would run `>` on the program's object,
-  which can forge it) is refused with a TestFormatError naming the line.
+  which can forge it) is refused with a CodeTestsError naming the line.
 
 Problem.answer of a code task holds its tests as text (encode_tests / decode_tests); CodeTask is a Task whose
 rewards run the whole batch through the sandbox in parallel.
@@ -32,7 +32,7 @@ from recipe.tasks import Task
 PYTHON_FENCES = ("python", "python3", "py")
 
 
-class TestFormatError(ValueError):
+class CodeTestsError(ValueError):
     """A row's tests in no form this reward reads; names the field or line, never the content."""
 
 
@@ -80,7 +80,7 @@ def assert_test(test: ast.expr, setup: str, line: int) -> CallTest:
         known, expected = literal(test.args[1])
         tolerances = [literal(keyword.value) for keyword in test.keywords if keyword.arg in ("rel_tol", "abs_tol")]
         if not known or not all(ok for ok, _ in tolerances):
-            raise TestFormatError(f"{where}: isclose needs a literal expected value and tolerances")
+            raise CodeTestsError(f"{where}: isclose needs a literal expected value and tolerances")
         tolerance = max([value for _, value in tolerances] or [1e-9])
         return CallTest(ast.unparse(test.args[0]), float(expected), tolerance=float(tolerance), setup=setup)
     if isinstance(test, ast.Compare) and len(test.ops) == 1:
@@ -101,7 +101,7 @@ def assert_test(test: ast.expr, setup: str, line: int) -> CallTest:
                 return CallTest(ast.unparse(expression), expected, setup=setup)
             if known and expected in (True, False, None) and type(expected) in (bool, type(None)):
                 return CallTest(ast.unparse(expression), expected, compare="is", setup=setup)
-        raise TestFormatError(f"{where}: compare the call with a literal (==, is True/False/None, math.isclose, "
+        raise CodeTestsError(f"{where}: compare the call with a literal (==, is True/False/None, math.isclose, "
                               "abs(x - y) < tol); other comparisons would run on the program's own objects")
     return CallTest(ast.unparse(test), compare="truthy", setup=setup)
 
@@ -112,7 +112,7 @@ def parse_asserts(source: str, entry_point: str | None = None) -> tuple[CallTest
     try:
         module = ast.parse(source)
     except SyntaxError as error:
-        raise TestFormatError(f"assert tests line {error.lineno}: not Python") from None
+        raise CodeTestsError(f"assert tests line {error.lineno}: not Python") from None
     body = module.body
     checks = [node for node in body if isinstance(node, ast.FunctionDef) and node.name == "check"]
     imports = [ast.unparse(node) for node in body if isinstance(node, (ast.Import, ast.ImportFrom))]
@@ -128,9 +128,9 @@ def parse_asserts(source: str, entry_point: str | None = None) -> tuple[CallTest
                 isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant)):
             continue  # imports, docstrings, METADATA = {...}: nothing to run
         else:
-            raise TestFormatError(f"assert tests line {node.lineno}: only assert statements and imports are read")
+            raise CodeTestsError(f"assert tests line {node.lineno}: only assert statements and imports are read")
     if not tests:
-        raise TestFormatError("assert tests: no assert statement found")
+        raise CodeTestsError("assert tests: no assert statement found")
     return tuple(tests)
 
 
@@ -145,7 +145,7 @@ def parsed(value, field: str):
         try:
             return json.loads(value)
         except (json.JSONDecodeError, RecursionError):
-            raise TestFormatError(f"{field}: not JSON") from None
+            raise CodeTestsError(f"{field}: not JSON") from None
     return value
 
 
@@ -156,10 +156,10 @@ def functional_arguments(raw) -> list:
     try:
         return [json.loads(line) for line in str(raw).splitlines() if line.strip()]
     except (json.JSONDecodeError, RecursionError):
-        raise TestFormatError("tests: a functional test's input is not one JSON value per line") from None
+        raise CodeTestsError("tests: a functional test's input is not one JSON value per line") from None
 
 
-def tests_from_row(row: dict) -> tuple:
+def read_row_tests(row: dict) -> tuple:
     """The tests of a dataset row, in any of the forms the module docstring lists."""
     for key in ("test_list", "test", "asserts"):
         if key in row:
@@ -168,8 +168,9 @@ def tests_from_row(row: dict) -> tuple:
             return parse_asserts(source, row.get("entry_point"))
     if "input_output" in row:  # TACO / APPS
         pairs = parsed(row["input_output"], "input_output")
-        if not isinstance(pairs, dict) or len(pairs.get("inputs", [])) != len(pairs.get("outputs", [None])):
-            raise TestFormatError("input_output: expected {\"inputs\": [...], \"outputs\": [...]} of equal length")
+        if not (isinstance(pairs, dict) and isinstance(pairs.get("inputs"), list)
+                and isinstance(pairs.get("outputs"), list) and len(pairs["inputs"]) == len(pairs["outputs"])):
+            raise CodeTestsError("input_output: expected {\"inputs\": [...], \"outputs\": [...]} of equal length")
         function = pairs.get("fn_name") or row.get("fn_name")
         if function:  # APPS wraps each call's return value in a one-element list
             return tuple(CallTest(call_expression(function, list(args), False),
@@ -182,21 +183,21 @@ def tests_from_row(row: dict) -> tuple:
         tests = parsed(row["tests"], "tests")
         if not isinstance(tests, list) or not all(isinstance(test, dict) and "input" in test and "output" in test
                                                   for test in tests):
-            raise TestFormatError("tests: expected a list of {\"input\": ..., \"output\": ...} objects")
-        return tuple(row_test(test, row) for test in tests)
-    raise TestFormatError("row: no tests; expected one of the fields tests, input_output, test_list, test")
+            raise CodeTestsError("tests: expected a list of {\"input\": ..., \"output\": ...} objects")
+        return tuple(read_row_test(test, row) for test in tests)
+    raise CodeTestsError("row: no tests; expected one of the fields tests, input_output, test_list, test")
 
 
-def row_test(test: dict, row: dict):
+def read_row_test(test: dict, row: dict):
     kind = str(test.get("testtype", test.get("type", "stdin"))).lower()
     if kind in ("stdin", "stdin_stdout", "stdio"):
         return StdioTest(str(test["input"]), str(test["output"]))
     if kind not in ("functional", "function_call"):
-        raise TestFormatError(f"tests: a test's testtype must be stdin or functional, not {kind[:20]!r}")
+        raise CodeTestsError(f"tests: a test's testtype must be stdin or functional, not {kind[:20]!r}")
     metadata = parsed(test.get("metadata", row.get("metadata", {})) or {}, "metadata")
     function = test.get("fn_name") or (metadata or {}).get("func_name") or row.get("fn_name")
     if not function:
-        raise TestFormatError("tests: a functional test needs fn_name (or metadata.func_name)")
+        raise CodeTestsError("tests: a functional test needs fn_name (or metadata.func_name)")
     expected = test["output"]
     if isinstance(expected, str):
         expected = parsed(expected, "tests output")
@@ -217,7 +218,7 @@ def decode_tests(text: str) -> tuple:
         items = ast.literal_eval(text)
         return tuple(StdioTest(*item[1:]) if item[0] == "stdio" else CallTest(*item[1:]) for item in items)
     except (ValueError, TypeError, SyntaxError, IndexError, MemoryError, RecursionError):
-        raise TestFormatError("answer: not tests written by encode_tests") from None
+        raise CodeTestsError("answer: not tests written by encode_tests") from None
 
 
 @dataclass(frozen=True)
