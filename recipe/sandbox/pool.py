@@ -120,7 +120,9 @@ class Pool:
     def setup(self, uid: int | None, workdir: str) -> dict:
         plan = self.plan
         kill = "all" if plan.on("pid") else "uid" if plan.drops_uid else "scan"  # see runner.kill_strays
-        return {"uid": uid, "kill": kill, "workdir": workdir,
+        # Emptied after every job: the work directory, and bwrap's private /dev/shm (no sample reads another's).
+        scratch = [workdir] + (["/dev/shm"] if plan.backend == "bwrap" else [])
+        return {"uid": uid, "kill": kill, "workdir": workdir, "scratch": scratch,
                 "landlock": plan.landlock_abi if plan.on("landlock") else 0,
                 "read": list(plan.interpreter.read_paths) + [path for path in DEVICES[1:] if os.path.exists(path)],
                 "write": [workdir, DEVICES[0]], "seccomp": self.seccomp if plan.on("seccomp") else None}

@@ -367,7 +367,8 @@ def main():
         job = read_frame()
         if job is None or not run_job(setup, job, library, devnull):
             return
-        empty_directory(setup["workdir"])
+        for directory in setup["scratch"]:
+            empty_directory(directory)
         write_all(b"end\n")
 
 
