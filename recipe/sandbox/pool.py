@@ -161,7 +161,7 @@ class Pool:
         started = time.monotonic()
         limits = job.limits or self.settings.limits
         worker = self.workers.pop(slot, None)
-        if worker is not None and worker.tmpfs_bytes != limits.tmpfs_bytes:
+        if worker is not None and (worker.tmpfs_bytes != limits.tmpfs_bytes or worker.process.poll() is not None):
             self.stop_worker(worker)
             worker = None
         fresh = worker is None
