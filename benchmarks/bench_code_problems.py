@@ -64,7 +64,7 @@ def main() -> None:
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(directory, torch_dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
     print(f"{datetime.date.today()}, {platform.node()}, {os.cpu_count()} CPUs; load before {os.getloadavg()[0]:.2f}")
     with Sandbox(workers=2) as sandbox:
         task = build_code_problem_task(args.problems, 0, args.seed, tokenizer, CodeReward(sandbox))

@@ -388,7 +388,10 @@ def remove_tree(path: str) -> None:
             os.chmod(failed, 0o700)
         function(failed)
 
-    shutil.rmtree(path, onerror=unlock)
+    if sys.version_info >= (3, 12):  # onerror is deprecated there
+        shutil.rmtree(path, onexc=unlock)
+    else:
+        shutil.rmtree(path, onerror=unlock)
 
 
 def frame(message: dict) -> bytes:
