@@ -259,24 +259,27 @@ class SweepDriver:
         return is_done(job.run_dir, self.spec.budget.unit, self.spec.budget.target)
 
     def prepare(self) -> None:
-        """Plan and check everything a job would refuse, before the sweep directory is touched."""
+        """Plan and check everything a job would refuse and every file earlier drivers left, before the sweep
+        directory is touched (the driver lock's file included)."""
+        from sweeps.tracking import mlflow_record
+
         spec = self.spec
         self.jobs = plan_sweep(spec)
         check_size(len(self.jobs), spec.budget, "jobs", self.allow_large)
         for note in check_jobs_can_run(spec, self.jobs):  # what only a job's node can check, an oversubscribed machine
             print(note, file=self.stream)
         check_output_dir(spec)
-
-    def prepare_files(self) -> None:
-        """With the driver lock held: check what earlier drivers left, then write the sweep's files."""
-        from sweeps.launcher import Launcher
-        from sweeps.tracking import SweepTracker, mlflow_record
-
-        spec = self.spec
         check_run_configs(self.jobs)
         for job in self.jobs:  # a damaged state file or mlflow.json is named before anything is written
             read_state(self.sweep_dir, job.run_id)
         mlflow_record(self.sweep_dir)
+
+    def prepare_files(self) -> None:
+        """With the driver lock held: write the sweep's files, open its MLflow runs, start the launcher."""
+        from sweeps.launcher import Launcher
+        from sweeps.tracking import SweepTracker
+
+        spec = self.spec
         write_sweep_files(spec, self.sweep_dir, self.jobs)
         self.tracker = SweepTracker(spec, self.sweep_dir, self.jobs)
         print(f"sweep {spec.name}: {len(self.jobs)} jobs in {self.sweep_dir}; MLflow {self.tracker.uri} "
