@@ -60,7 +60,8 @@ def refit(sweep_dir: Path, settings: dict, n_boot: int, draws: int) -> dict:
     from reports import schema
     from reports.power import sweep_noise
     from reports.sweep_data import build_frames, load_sweep, read_metrics_file
-    from reports.tables import fit_sweep, verdict_text
+    from reports.tables import fit_sweep
+    from reports.table_text import verdict_text
 
     data = load_sweep(sweep_dir)
     budget = data.budget

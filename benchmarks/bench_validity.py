@@ -66,7 +66,8 @@ def study(sweep_dir: Path, n_boot: int = 200, protocol: dict | None = None) -> d
     from fitting.shape import window_end_check
     from reports import schema
     from reports.sweep_data import load_sweep
-    from reports.tables import fit_sweep, verdict_text
+    from reports.tables import fit_sweep
+    from reports.table_text import verdict_text
 
     data = load_sweep(sweep_dir)
     if protocol:

@@ -17,7 +17,8 @@ from reports.mlflow_sync import log_fit_results
 from reports.pdf import build_report, write_report
 from reports.publish import ReportOutputs, report_sweep
 from reports.sweep_data import Budget, SweepData, SweepDataError, load_sweep
-from reports.tables import SweepFits, fit_sweep, format_loo_table, loo_table
+from reports.tables import SweepFits, fit_sweep, loo_table
+from reports.table_text import format_loo_table
 from reports.ui import start_ui
 
 __all__ = [

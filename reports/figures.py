@@ -69,7 +69,7 @@ def verdict_label(comparison, name: str) -> str:
     """'ceiling mover (lower A)', 'efficiency shaper (slower)', 'no detectable effect', 'no verdict', ''."""
     if comparison is None:
         return ""
-    from reports.tables import verdict_words
+    from reports.table_text import verdict_words
 
     c = comparison.variants[name]
     return verdict_words(c.verdict, c.direction)

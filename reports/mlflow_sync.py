@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from reports import schema
-from reports.tables import verdict_text
+from reports.table_text import verdict_text
 
 
 def _finite(value) -> bool:

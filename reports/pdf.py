@@ -28,8 +28,8 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
 from reports import figures, schema  # noqa: E402
 from reports.scan import scan_cells, scan_figure, scan_has_values, scan_info  # noqa: E402
-from reports.tables import (DEFAULT_N_BOOT, SWEEP_NOTES, TRUNCATION_NOTE, config_diff, evidence_note,  # noqa: E402
-                            diagnostics_table, evidence_cells, table_cells)
+from reports.table_text import SWEEP_NOTES, TRUNCATION_NOTE, evidence_cells, evidence_note, table_cells  # noqa: E402
+from reports.tables import DEFAULT_N_BOOT, config_diff, diagnostics_table  # noqa: E402
 from reports.text import sig3  # noqa: E402
 from reports.title_page import setup_page, title_page  # noqa: E402
 

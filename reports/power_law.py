@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from reports import figures  # noqa: E402
-from reports.tables import fmt  # noqa: E402
+from reports.table_text import fmt  # noqa: E402
 
 POWER_LAW_COLUMNS = ("variant", "sigmoid_A", "power_law_A", "power_law_A_at_bound", "sigmoid_pred", "power_law_pred",
                      "observed_at_target", "sigmoid_error", "power_law_error")

@@ -17,7 +17,8 @@ from reports import schema
 from reports.pdf import write_report
 from reports.scan import format_scan_table, scan_has_values
 from reports.sweep_data import SweepData, load_sweep
-from reports.tables import DEFAULT_N_BOOT, SweepFits, fit_sweep, format_loo_table
+from reports.tables import DEFAULT_N_BOOT, SweepFits, fit_sweep
+from reports.table_text import format_loo_table
 
 
 @dataclass

@@ -24,7 +24,7 @@ from matplotlib import ticker  # noqa: E402
 
 from reports import figures, schema  # noqa: E402
 from reports.sweep_data import choice_order  # noqa: E402
-from reports.tables import verdict_words  # noqa: E402
+from reports.table_text import verdict_words  # noqa: E402
 from reports.text import aligned_lines, sig3  # noqa: E402
 
 

@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 from reports import figures, schema  # noqa: E402
 from reports.scan import scan_info  # noqa: E402
-from reports.tables import verdict_text  # noqa: E402
+from reports.table_text import verdict_text  # noqa: E402
 from reports.text import sig3  # noqa: E402
 from reports.verdicts import verdict_sentence  # noqa: E402
 

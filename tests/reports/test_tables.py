@@ -9,7 +9,9 @@ import pytest
 
 from reports import schema
 from reports.sweep_data import load_sweep
-from reports.tables import config_diff, diagnostics_table, fit_sweep, format_loo_table, seed_mean_curve, sig3
+from reports.tables import config_diff, diagnostics_table, fit_sweep, seed_mean_curve
+from reports.table_text import format_loo_table
+from reports.text import sig3
 from tests.reports.synthetic import DEFAULT_SEEDS, EXPECTED_VERDICTS, VARIANTS, make_sweep
 
 
@@ -221,7 +223,7 @@ def test_the_sweeps_fit_weights_reach_every_fit(tmp_path):
 
 
 def test_the_fit_shape_check_runs_over_every_runs_own_fit(sweep_fits):
-    from reports.tables import format_loo_table
+    from reports.table_text import format_loo_table
 
     runs = sum(len(v.seed_fits) for v in sweep_fits.variants.values())
     shape, table = sweep_fits.shape, sweep_fits.table
@@ -231,7 +233,7 @@ def test_the_fit_shape_check_runs_over_every_runs_own_fit(sweep_fits):
 
 
 def test_the_target_miss_check_runs_over_every_runs_observed_error(sweep_fits):
-    from reports.tables import format_loo_table
+    from reports.table_text import format_loo_table
 
     scores = [score for v in sweep_fits.variants.values() for score in v.seed_scores.values()]
     miss, table = sweep_fits.target_miss, sweep_fits.table
@@ -309,7 +311,7 @@ def test_the_sweeps_verdict_margins_reach_the_verdicts(tmp_path):
     # keeps a verdict.
     import json
 
-    from reports.tables import evidence_note
+    from reports.table_text import evidence_note
 
     sweep_dir = make_sweep(tmp_path)
     tables = {}
@@ -331,7 +333,7 @@ def test_the_sweeps_verdict_margins_reach_the_verdicts(tmp_path):
 
 
 def test_the_evidence_note_states_the_level_the_intervals_used_not_one_from_the_rows():
-    from reports.tables import evidence_note
+    from reports.table_text import evidence_note
 
     table = pd.DataFrame({"variant": [schema.BASE] + [f"v{i}" for i in range(8)]})
     assert "at 99.79% each (Bonferroni over the table's 24 tested effects" in evidence_note(table)
@@ -339,7 +341,7 @@ def test_the_evidence_note_states_the_level_the_intervals_used_not_one_from_the_
     assert "at 99.76% each (Bonferroni over the table's 21 tested effects" in evidence_note(table)
 
 def test_the_table_gives_the_compute_to_reach_mde_of_every_variant(sweep_fits):
-    from reports.tables import evidence_cells
+    from reports.table_text import evidence_cells
 
     table = sweep_fits.table.set_index("variant")
     header, rows = evidence_cells(sweep_fits.table)
