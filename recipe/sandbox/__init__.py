@@ -41,7 +41,8 @@ class Sandbox:
     require: layers that must be active, else SandboxError (e.g. ("pid", "net") on a cluster).
     workers: samples run at once (default: the CPUs this process may use).
     limits: the default Limits of a job (a Job may carry its own).
-    python: the interpreter that runs the programs (default: this one's real executable).
+    python: the interpreter that runs the programs (default: this one's real executable, or where the slot's uid
+        cannot read it without the mount layer, the first of /usr/bin/python3, /usr/local/bin/python3 it can).
     backend: force "bwrap", "unshare" or "direct" (default: the first that works).
     tag: a word in every sandbox process's command line (`pgrep -f TAG` finds a leak; the tests look for it).
     uid_base: as root, slot k runs programs as uid uid_base + k (default: a range no other live pool uses).
@@ -63,7 +64,7 @@ class Sandbox:
         workers = workers or len(os.sched_getaffinity(0))
         if not 1 <= workers <= MAX_WORKERS:
             raise ValueError(f"sandbox workers: got {workers}, expected 1..{MAX_WORKERS}")
-        settings = Settings(frozenset(disable), python or os.path.realpath(sys.executable),
+        settings = Settings(frozenset(disable), python and os.path.realpath(python),
                             {name: shutil.which(name) for name in ("bwrap", "unshare")}, backend, workers,
                             limits or Limits(), tag, uid_base, warm)
         self._lock = threading.Lock()

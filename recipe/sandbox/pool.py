@@ -36,19 +36,20 @@ from pathlib import Path
 
 from recipe.sandbox import runner
 from recipe.sandbox.cases import Job, Limits, Outcome, StdioTest
-from recipe.sandbox.layers import (DEVICES, LAYERS, MAX_WORKERS, UID_BASE, namespace_prefix, plan_sandbox,
-                                   private_home, unreadable_interpreter)
+from recipe.sandbox.layers import (DEVICES, LAYERS, MAX_WORKERS, UID_BASE, Plan, namespace_prefix, plan_sandbox,
+                                   private_home, readable_by_others, unreadable_interpreter)
 from recipe.sandbox.seccomp import SeccompUnavailable, compile_filter
 
 RUNNER_SOURCE = Path(runner.__file__).read_text()
 HEADER = struct.Struct("!Q")
+SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 SELF_CHECK = Job("import json\nprint(sum(map(int, input().split())))\n", (StdioTest("2 3\n", "5"),))
 
 
 @dataclass(frozen=True)
 class Settings:
     disable: frozenset
-    python: str
+    python: str | None  # None: this interpreter, or a system one the slot's uid can read (planned_with_python)
     tools: dict
     backend: str | None
     workers: int
@@ -67,6 +68,23 @@ class Worker:
     tmpfs_bytes: int
 
 
+def planned_with_python(settings: Settings, landlock_abi: int, seccomp_error: str | None) -> Plan:
+    """The plan with settings.python, or by default with this interpreter; when the slot's uid could not read that
+    one (mount layer off, as without bubblewrap, and a python under a home closed to others, like pyenv's under
+    /root), the first system python readable by all instead: the runner is stdlib-only, any Python 3 runs it."""
+    def plan(python: str) -> Plan:
+        return plan_sandbox(settings.disable, python, settings.tools, settings.backend, landlock_abi, seccomp_error)
+
+    chosen = plan(settings.python or os.path.realpath(sys.executable))
+    if settings.python is None and unreadable_interpreter(chosen):
+        for candidate in SYSTEM_PYTHONS:
+            if os.path.exists(candidate) and readable_by_others(os.path.realpath(candidate)):
+                trial = plan(os.path.realpath(candidate))
+                if not unreadable_interpreter(trial):
+                    return trial
+    return chosen
+
+
 class Pool:
     def __init__(self, settings: Settings):
         if settings.uid_base is None:
@@ -77,8 +95,7 @@ class Pool:
         except SeccompUnavailable as error:
             self.seccomp, seccomp_error = None, f"off: {error}"
         abi = runner.landlock_abi()
-        self.plan = plan_sandbox(settings.disable, settings.python, settings.tools, settings.backend, abi,
-                                 seccomp_error)
+        self.plan = planned_with_python(settings, abi, seccomp_error)
         self.lock = threading.Lock()  # guards spawning against the orphan scan (a new root is not an orphan)
         self.roots: set[int] = set()
         self.slots: queue.Queue[int] = queue.Queue()
