@@ -426,23 +426,12 @@ def item_harmless(name: str) -> bool:
     return ATTACKS[name].harmless
 
 
-def battery_python(disable) -> str | None:
-    """An interpreter the slot uid can read with the mount layer off (a root-only pyenv under /root cannot be)."""
-    from recipe.sandbox.layers import readable_by_others
-
-    default = os.path.realpath(sys.executable)
-    if "mount" not in disable or os.geteuid() != 0 or readable_by_others(default):
-        return None
-    return next((python for python in ("/usr/bin/python3", "/usr/local/bin/python3") if readable_by_others(python)),
-                None)
-
-
 def main() -> int:
     """Print the battery's outcome under every configuration: stopped / got through / harmless / skipped."""
     columns, table = [], {}
     with Battery() as targets:
         for name, disable in CONFIGURATIONS.items():
-            report = run_battery(targets, disable=disable, python=battery_python(disable))
+            report = run_battery(targets, disable=disable)
             columns.append(name)
             for attack_name, result in report["results"].items():
                 cell = ("skipped" if "skipped" in result else "THROUGH" if result["breached"] and not item_harmless(

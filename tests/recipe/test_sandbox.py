@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from recipe.sandbox import CallTest, Job, Limits, Sandbox, SandboxError, StdioTest
-from recipe.sandbox.battery import ATTACKS, CONFIGURATIONS, Battery, battery_python, run_battery
-from recipe.sandbox.layers import readable_by_others
+from recipe.sandbox.battery import ATTACKS, CONFIGURATIONS, Battery, run_battery
+from recipe.sandbox.layers import readable_by_others, unreadable_interpreter
+from recipe.sandbox.pool import SYSTEM_PYTHONS, Settings, planned_with_python
 from recipe.sandbox.seccomp import compile_filter
 from tests.services import could_not_provide, may_install_system_packages
 
@@ -161,6 +162,24 @@ def targets():
         yield owned
 
 
+def a_python_the_slot_uid_reads() -> bool:
+    candidates = (os.path.realpath(sys.executable), *SYSTEM_PYTHONS)
+    return os.geteuid() != 0 or any(os.path.exists(python) and readable_by_others(os.path.realpath(python))
+                                    for python in candidates)
+
+
+def test_the_default_python_is_one_the_slot_uid_can_read_and_a_given_one_is_kept():
+    unshare_only = {"bwrap": None, "unshare": shutil.which("unshare")}  # no mount layer: the host's files as they are
+    default = planned_with_python(Settings(frozenset(), None, unshare_only, None, 1, FAST, "t", None), 0, None)
+    if a_python_the_slot_uid_reads():
+        assert unreadable_interpreter(default) is None, default.interpreter
+    own = os.path.realpath(sys.executable)
+    given = planned_with_python(Settings(frozenset(), own, unshare_only, None, 1, FAST, "t", None), 0, None)
+    assert given.interpreter.executable == own
+    if default.interpreter.executable != own:  # the fallback was taken: the trainer's python is closed to the uid
+        assert unreadable_interpreter(given) and default.interpreter.executable in map(os.path.realpath, SYSTEM_PYTHONS)
+
+
 @pytest.fixture(scope="module", params=BATTERY_CONFIGURATIONS)
 def report(request, targets):
     ensure_bwrap()
@@ -169,11 +188,9 @@ def report(request, targets):
     backend = "unshare" if name == "unshare backend" else None  # no mount layer: unshare makes no file system
     if backend and shutil.which("unshare") is None:
         pytest.skip("util-linux unshare is not installed")
-    python = battery_python((*disable, "mount") if backend else disable)
-    if python is None and (backend or "mount" in disable) and os.geteuid() == 0 and not readable_by_others(
-            os.path.realpath(sys.executable)):
+    if (backend or "mount" in disable) and not a_python_the_slot_uid_reads():
         pytest.skip("no interpreter readable by the slot uid with the mount layer off")
-    return run_battery(targets, disable=disable, python=python, backend=backend, workers=2)
+    return run_battery(targets, disable=disable, backend=backend, workers=2)
 
 
 @pytest.mark.parametrize("attack", list(ATTACKS))
