@@ -36,6 +36,7 @@ PARAM_VALUE_LIMIT = 6000
 BATCH_METRIC_LIMIT = 1000
 # Logged with each batch of mirrored lines: how many lines of the job's metrics.jsonl the run holds after it.
 LINES_MIRRORED_KEY = "sweep/lines_mirrored"
+SQLITE_PREFIX = "sqlite:///"
 
 
 def tracking_uri(spec: SweepSpec, sweep_dir: Path) -> str:
@@ -44,7 +45,49 @@ def tracking_uri(spec: SweepSpec, sweep_dir: Path) -> str:
         return spec.tracking.mlflow_uri
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
-    return f"sqlite:///{sweep_dir.resolve()}/mlflow.db"
+    return f"{SQLITE_PREFIX}{sweep_dir.resolve()}/mlflow.db"
+
+
+def open_client(uri: str):
+    """An MlflowClient on uri. A SQLite store that does not exist yet is created whole or not at all, and one that a
+    killed driver left half-created is named with its fix (components.registry.ConfigError), not a traceback.
+
+    MLflow creates a SQLite store by running its schema migrations in place, seconds on a busy 2-core machine; a
+    driver killed meanwhile left a file at a middle version that every later driver refused (the driver soak,
+    BENCHMARKS.md "One driver per sweep"). So a new store is migrated under a temporary name, then renamed.
+    """
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    if uri.startswith(SQLITE_PREFIX):
+        create_sqlite_store(Path(uri[len(SQLITE_PREFIX):]))
+    try:
+        client = MlflowClient(tracking_uri=uri)  # opens the store: its schema is checked here
+        client.search_experiments(max_results=1)
+    except MlflowException as error:
+        if "out-of-date database schema" not in str(error):
+            raise
+        from components.registry import ConfigError
+
+        raise ConfigError(f"tracking: {uri} holds an MLflow store at an older schema (a driver killed while "
+                          f"creating it, or an older mlflow); run `mlflow db upgrade {uri}` after a copy, or delete "
+                          "it: the driver mirrors every job's metrics.jsonl into a new one") from None
+    return client
+
+
+def create_sqlite_store(path: Path) -> None:
+    """Create the SQLite store at path, if it is missing, under a temporary name renamed into place when whole."""
+    if path.exists():
+        return
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{path.name}.creating-*"):  # earlier drivers' halves (the driver lock is ours)
+        stale.unlink(missing_ok=True)
+    partial = path.with_name(f".{path.name}.creating-{os.getpid()}")
+    store = SqlAlchemyStore(f"{SQLITE_PREFIX}{partial}", (path.parent / "mlartifacts").resolve().as_uri())
+    store.engine.dispose()
+    os.replace(partial, path)
 
 
 def job_tags(job: Job, parent_run_id: str) -> dict[str, str]:
@@ -75,11 +118,10 @@ class SweepTracker:
 
     def __init__(self, spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None:
         from mlflow.entities import Param
-        from mlflow.tracking import MlflowClient
 
         self.path = sweep_dir / MLFLOW_FILE
         self.uri = tracking_uri(spec, sweep_dir)
-        self.client = MlflowClient(tracking_uri=self.uri)
+        self.client = open_client(self.uri)
         state = read_mlflow_state(self.path) if self.path.exists() else {}
         if state.get("tracking_uri") not in (None, self.uri):
             state = {}  # the store moved: start a fresh record there

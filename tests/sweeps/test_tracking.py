@@ -3,13 +3,15 @@
 
 import json
 import os
+import shutil
 
 import pytest
 
 from sweeps.planner import plan_sweep
 from sweeps.spec import spec_from_dict
 from sweeps.state import DriverBusyError, DriverLock
-from sweeps.tracking import LINES_MIRRORED_KEY, SweepTracker, duplicated_lines, line_metrics, repair_duplicates
+from sweeps.tracking import (LINES_MIRRORED_KEY, SweepTracker, duplicated_lines, line_metrics, open_client,
+                             repair_duplicates)
 
 
 @pytest.fixture
@@ -122,3 +124,28 @@ def test_lines_of_many_metrics_go_in_batches_mlflow_accepts(sweep):
             handle.write(json.dumps({"step": step, **{f"m/{i}": float(i) for i in range(keys)}}) + "\n")
     assert tracker.mirror(job) == 3
     assert history(tracker, job, "m/1499") == [2] and history(tracker, job, "m/0") == [0, 2, 4]
+
+
+def test_a_new_store_appears_whole_and_earlier_halves_are_cleared(sweep):
+    spec, sweep_dir, jobs = sweep
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / ".mlflow.db.creating-99999").write_bytes(b"half a store")  # a driver killed while migrating
+    SweepTracker(spec, sweep_dir, jobs)
+    assert (sweep_dir / "mlflow.db").exists()
+    assert not list(sweep_dir.glob(".mlflow.db.creating-*"))
+
+
+def test_a_store_left_at_an_older_schema_is_named_with_its_fix(sweep):
+    import sqlite3
+
+    from components.registry import ConfigError
+
+    spec, sweep_dir, jobs = sweep
+    SweepTracker(spec, sweep_dir, jobs)
+    # A copy under another name: MLflow keeps the store it opened for a URI for the process's life.
+    left = sweep_dir / "left.db"
+    shutil.copy(sweep_dir / "mlflow.db", left)
+    with sqlite3.connect(left) as db:  # what a kill in the middle of MLflow's migrations leaves
+        db.execute("UPDATE alembic_version SET version_num = '75868b020152'")
+    with pytest.raises(ConfigError, match="older schema.*mlflow db upgrade sqlite:///.*or delete it"):
+        open_client(f"sqlite:///{left}")
