@@ -8,9 +8,10 @@ sweep/lines_mirrored = i + 1 in the same atomic log_batch, so the store itself s
 holds. A driver reads those markers once at start (whatever an earlier driver did before it died) and
 logs only the lines whose number the store lacks; the driver lock (sweeps.state.DriverLock) keeps a
 second driver from logging beside it. A resumed job truncates metrics.jsonl to its checkpoint and
-recomputes the lines after it (identically on CPU): their numbers are in the store already, so they
-are not logged again. `repair_duplicates` rebuilds a child run that holds a line twice (a sweep mirrored
-by two drivers at once before the lock existed).
+recomputes the lines after it: their numbers are in the store already, so they are not logged again.
+(Recomputed lines can differ from the lost ones: a PipelineRL job resumed after kill -9 was seen to leave its
+uninterrupted twin's curve from there on, 2026-12-02; not yet explained.) `repair_duplicates` rebuilds a
+child run that holds a line twice (a sweep mirrored by two drivers at once before the lock existed).
 """
 
 from __future__ import annotations
