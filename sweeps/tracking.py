@@ -63,8 +63,7 @@ def open_client(uri: str):
     if uri.startswith(SQLITE_PREFIX):
         create_sqlite_store(Path(uri[len(SQLITE_PREFIX):]))
     try:
-        client = MlflowClient(tracking_uri=uri)  # opens the store: its schema is checked here
-        client.search_experiments(max_results=1)
+        client = MlflowClient(tracking_uri=uri)  # opens the store and checks its schema
     except MlflowException as error:
         if "out-of-date database schema" not in str(error):
             raise

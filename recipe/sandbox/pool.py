@@ -16,6 +16,7 @@ sample's outcome is returned, so a batch never leaves a process behind. A sample
 
 from __future__ import annotations
 
+import dataclasses
 import marshal
 import os
 import pickle
@@ -30,7 +31,6 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -77,9 +77,9 @@ def planned_with_python(settings: Settings, landlock_abi: int, seccomp_error: st
 
     chosen = plan(settings.python or os.path.realpath(sys.executable))
     if settings.python is None and unreadable_interpreter(chosen):
-        for candidate in SYSTEM_PYTHONS:
-            if os.path.exists(candidate) and readable_by_others(os.path.realpath(candidate)):
-                trial = plan(os.path.realpath(candidate))
+        for candidate in map(os.path.realpath, SYSTEM_PYTHONS):
+            if readable_by_others(candidate):  # False for a path that does not exist
+                trial = plan(candidate)
                 if not unreadable_interpreter(trial):
                     return trial
     return chosen
