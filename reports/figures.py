@@ -100,8 +100,10 @@ def _band(fit_result, boot, grid: np.ndarray, level: float = 0.95) -> tuple[np.n
     return np.quantile(curves, (1 - level) / 2, axis=0), np.quantile(curves, (1 + level) / 2, axis=0)
 
 
-def _draw_variant(ax, v, budget, colour: str, label: str, *, band: bool = True, marker_size: float = 16) -> None:
-    """Observed points (filled in the fit window, hollow after fit_at), the fit, its extrapolation and band."""
+def _draw_variant(ax, v, budget, colour: str, label: str, *, band: bool = True, marker_size: float = 16,
+                  forecasts=None) -> None:
+    """Observed points (filled in the fit window, hollow after fit_at), the fit, its extrapolation and band; with
+    `forecasts` (reports.forecasts) also the back-tests' fits, faint, and the calibrated interval at the target."""
     curve = v.curve[v.curve["compute"] > 0]
     inside = curve["compute"] <= budget.fit_at
     ax.scatter(curve["compute"][inside], curve["pass_rate"][inside], s=marker_size, color=colour, alpha=0.75,
@@ -117,6 +119,20 @@ def _draw_variant(ax, v, budget, colour: str, label: str, *, band: bool = True, 
     if band:
         low, high = _band(fit, v.prediction_boot, extrapolated)
         ax.fill_between(extrapolated, low, high, color=colour, alpha=0.15, linewidth=0, zorder=2)
+    if forecasts is not None and v.variant in forecasts.rows:
+        _draw_backtests(ax, forecasts.row_backtests.get(v.variant, []), forecasts.rows[v.variant], colour, start)
+
+
+def _draw_backtests(ax, backtests, forecast, colour: str, start: float) -> None:
+    """Each back-test's fit from the window's start to the point it was scored at (thin, faint: how the window's
+    fits moved as it grew), and the forecast's calibrated interval as a bar at the target."""
+    for test in backtests:
+        grid = np.geomspace(start, test.scored_at, 60)
+        ax.plot(grid, test.fit.predict(grid), color=colour, lw=0.8, alpha=0.45, ls=(0, (1, 1)), zorder=3)
+        ax.scatter([test.scored_at], [test.predicted], s=14, marker="x", color=colour, alpha=0.6, zorder=3)
+    low, high = forecast.interval
+    ax.errorbar([forecast.target], [forecast.predicted], yerr=[[forecast.predicted - low], [high - forecast.predicted]],
+                color=colour, lw=1.2, capsize=3, fmt="none", zorder=5)
 
 
 def _budget_lines(ax, budget) -> None:
@@ -149,7 +165,8 @@ def curves_figure(fits):
         ax = fig.add_axes([0.07, 0.1, 0.6, 0.8])
         for name, v in fits.variants.items():
             _draw_variant(ax, v, budget, colours[name], legend_label(name, f"A = {v.prediction_fit.a:.3f}, "
-                                                                      f"B = {v.prediction_fit.b:.2f}"))
+                                                                      f"B = {v.prediction_fit.b:.2f}"),
+                          forecasts=fits.forecasts)
         for name in fits.failures:  # still worth seeing: why it could not be fitted is often visible
             rows = fits.data.evals[(fits.data.evals["variant"] == name) & (fits.data.evals["compute"] > 0)]
             ax.scatter(rows["compute"], rows["pass_rate"], s=16, marker="x", color=colours[name],
@@ -157,12 +174,16 @@ def curves_figure(fits):
         _budget_lines(ax, budget)
         _style_curve_axes(ax, budget)
         handles, labels = ax.get_legend_handles_labels()
+        level = f"{100 * fits.forecasts.run_calibration.level:.0f}" if fits.forecasts is not None else "90"
         handles += [plt.Line2D([], [], color="0.3", ls=":"), plt.Line2D([], [], color="0.3", ls="-."),
                     plt.Line2D([], [], color="0.3", marker="o", ls="none"),
                     plt.Line2D([], [], color="0.3", marker="o", ls="none", markerfacecolor="none"),
-                    plt.Line2D([], [], color="0.3", ls="--"), Patch(color="0.3", alpha=0.2)]
+                    plt.Line2D([], [], color="0.3", ls="--"), Patch(color="0.3", alpha=0.2),
+                    plt.Line2D([], [], color="0.3", lw=0.8, ls=(0, (1, 1))),
+                    plt.Line2D([], [], color="0.3", marker="|", markersize=10, ls="none")]
         labels += [f"fit_at = {budget.fit_at:g}", f"target = {budget.target:g}", "observed, inside fit window",
-                   "observed after fit_at", "extrapolation", "95% bootstrap band"]
+                   "observed after fit_at", "extrapolation", "95% bootstrap band (within-run)",
+                   "back-test fits (to fit_at / r, x: scored)", f"{level}% interval from the back-tests"]
         fig.legend(handles, labels, loc="upper left", bbox_to_anchor=(0.69, 0.9), frameon=False)
         seeds = fits.data.runs["seed"].nunique()
         points = f"\nPoints: mean over {seeds} seeds per evaluation step" if seeds > 1 else ""
@@ -179,14 +200,16 @@ def panels_figure(fits):
     columns = min(3, len(names))
     rows = math.ceil(len(names) / columns)
     with plt.rc_context(STYLE):
-        fig = _new_figure("Each variant against the base (grey: base; dashed: extrapolation; band: 95%)")
+        fig = _new_figure("Each variant against the base (grey: base; dashed: extrapolation; band: 95% bootstrap)\n"
+                          "dotted: back-test fits, x where each was scored; bar at the target: back-tests' interval")
         axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True,
                             gridspec_kw={"left": 0.07, "right": 0.98, "top": 0.88, "bottom": 0.09,
                                          "hspace": 0.45, "wspace": 0.08})
         for ax, name in zip(axes.flat, names):
             if name != schema.BASE and schema.BASE in fits.variants:
                 _draw_variant(ax, fits.variants[schema.BASE], budget, "0.6", "base", band=False, marker_size=9)
-            _draw_variant(ax, fits.variants[name], budget, colours[name], name, marker_size=12)
+            _draw_variant(ax, fits.variants[name], budget, colours[name], name, marker_size=12,
+                          forecasts=fits.forecasts)
             _budget_lines(ax, budget)
             ax.set_title("\n".join(wrap_name(name, 48) + [verdict_label(fits.comparison, name)]), fontsize=10)
             log_compute_axis(ax)

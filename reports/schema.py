@@ -93,6 +93,8 @@ FIT_METRICS = {
     "fit/C_mid": "C_mid",
     "fit/R0": "R0",
     "fit/pred_at_target": "pred_at_target",
+    "fit/pred_lo": "pred_lo",
+    "fit/pred_hi": "pred_hi",
     "fit/observed_at_target": "observed_at_target",
     "fit/error": "error",
 }
@@ -107,8 +109,9 @@ LOO_COLUMNS = (
     "delta_A", "delta_B", "verdict", "direction", "flags", "truncation_rate", "low_truncation_steps",
     # seed evidence (fitting.seeds): paired effects against the base with intervals that include
     # run-to-run variance, minimum detectable effects, the verdict's reason; pred_interval says which
-    # interval pred_lo/pred_hi are ("seeds" or "within-run" with one seed)
-    "pred_interval", "d_A", "d_A_lo", "d_A_hi", "MDE_A", "d_pred", "d_pred_lo", "d_pred_hi", "MDE_pred",
+    # interval pred_lo/pred_hi are ("back-test 90%": reports.forecasts); regime: why the prediction is not yet
+    # trusted (fitting.forecast.REGIME_MEANINGS), empty when no reason holds
+    "pred_interval", "regime", "d_A", "d_A_lo", "d_A_hi", "MDE_A", "d_pred", "d_pred_lo", "d_pred_hi", "MDE_pred",
     "MDE_is_lower_bound", "log_reach_50", "log_reach_50_lo", "log_reach_50_hi", "log_reach_90",
     "log_reach_90_lo", "log_reach_90_hi", "MDE_reach_50", "MDE_reach_90", "ceiling_identifiable", "ceiling_budget",
     "reason",
@@ -116,7 +119,7 @@ LOO_COLUMNS = (
 # MDE_reach_50/90: the smallest |ln(C_variant / C_base)| the table detects (as MDE_A), margin included.
 # the run table (one row per job: that seed's own fit, what goes onto its MLflow run)
 RUN_COLUMNS = ("run_id", "variant", "axis", "choice", "seed", "n_points", "R0", "A", "B", "C_mid",
-               "pred_at_target", "observed_at_target", "error", "within_margin", "flags", "truncation_rate",
-               "low_truncation_steps")
+               "pred_at_target", "pred_lo", "pred_hi", "regime", "observed_at_target", "error", "within_margin",
+               "flags", "truncation_rate", "low_truncation_steps")
 # truncation_rate: the step-weighted mean of TRUNCATION_RATE over the run(s); low_truncation_steps: the share
 # of training steps with TRUNCATION_RATE < LOW_TRUNCATION_RATE (NaN where the runs did not log them).

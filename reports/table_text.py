@@ -14,7 +14,7 @@ import pandas as pd
 from reports import schema
 from reports.text import aligned_lines, sig3
 
-SWEEP_NOTES = ("noise_note", "shape_note", "miss_note")
+SWEEP_NOTES = ("noise_note", "shape_note", "miss_note", "forecast_note")
 
 TRUNCATION_NOTE = (f"share of training steps whose truncation rate (samples interrupted or cut at the length "
                    f"limit) was below {schema.LOW_TRUNCATION_RATE:.0%}; the paper reports that for > "
@@ -39,6 +39,12 @@ def margin_mark(value) -> str:
     return "-" if value is None or pd.isna(value) else ("yes" if value else "NO")
 
 
+def prediction_level(table: pd.DataFrame) -> str:
+    """The prediction columns' interval as the header names it: "90% back-test" (reports.forecasts)."""
+    kinds = [k for k in table.get("pred_interval", pd.Series(dtype=str)).dropna().unique() if k]
+    return kinds[0].replace("back-test ", "") + " back-test" if len(kinds) == 1 else "interval"
+
+
 def table_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[str], list[list[str]]]:
     """Header and formatted cells of the LOO table: A to 3 decimals, B to 2, C_mid to 3 significant figures.
 
@@ -51,7 +57,8 @@ def table_cells(table: pd.DataFrame, *, stacked: bool = False) -> tuple[list[str
     truncation = "low_truncation_steps" in table.columns and bool(table["low_truncation_steps"].notna().any())
     split = "\n" if stacked else " "
     header = ["variant", "change (base -> alternative)", "A [95% CI]"] + (["A seed sd"] if seeds else []) + [
-        "B", f"B at{split}A={fmt(fixed_a, '.3f')}", "C_mid", f"pred{at}{split}[95% CI]", f"obs{at}", "error", "ok"] + (
+        "B", f"B at{split}A={fmt(fixed_a, '.3f')}", "C_mid", f"pred{at}{split}[{prediction_level(table)}]",
+        f"obs{at}", "error", "ok"] + (
         [f"steps{split}trunc<5%"] if truncation else []) + ["verdict"]
 
     def with_ci(value, low, high):
@@ -189,4 +196,21 @@ def format_loo_table(table: pd.DataFrame) -> str:
         lines += [f"  {name}: {text}" for name, text in flagged]
         for flag in dict.fromkeys(f for _, text in flagged for f in text.split(", ") if f in FLAG_MEANINGS):
             lines.append(f"    {flag}: {FLAG_MEANINGS[flag]}")
+    lines += regime_lines(table)
     return "\n".join(lines)
+
+
+def regime_lines(table: pd.DataFrame) -> list[str]:
+    """The rows whose prediction is not yet in a sigmoid's predictable regime, with what each reason means."""
+    from fitting.forecast import REGIME_MEANINGS
+
+    if "regime" not in table.columns:
+        return []
+    flagged = [(name, text) for name, text in table[["variant", "regime"]].itertuples(index=False) if text]
+    if not flagged:
+        return []
+    lines = ["\nnot yet predictable (the prediction at the target, not the verdicts):"]
+    lines += [f"  {name}: {text}" for name, text in flagged]
+    for reason in dict.fromkeys(r for _, text in flagged for r in text.split(", ")):
+        lines.append(f"    {reason}: {REGIME_MEANINGS[reason]}")
+    return lines

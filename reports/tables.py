@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from reports import schema
+from reports.forecasts import forecast_sweep
 from reports.sweep_data import SweepData
 from reports.verdicts import verdict_why
 
@@ -49,7 +50,6 @@ class VariantFit:
     seed_fits: dict[int, object] = field(default_factory=dict)  # seed -> FitResult (None when it failed)
     seed_scores: dict[int, object] = field(default_factory=dict)
     spread: object | None = None  # fitting.SeedSpread when >= 2 seeds fitted
-    seed_prediction_ci: tuple[float, float] | None = None  # with >= 2 seeds: includes run-to-run variance
     # The window's fits, whose predictions at the target `score` and `seed_scores` hold: the same objects as
     # fit / boot / seed_fits unless budget.verdicts_from is "run" (then those are fitted to the target).
     prediction_fit: object | None = None
@@ -75,6 +75,7 @@ class SweepFits:
     shape: object | None = None  # fitting.ShapeCheck over every run's own fit (None: too few points)
     noise: object | None = None  # fitting.EvaluationNoise over every evaluation point (None: no se logged)
     target_miss: object | None = None  # fitting.TargetMissCheck over every run's prediction error at the target
+    forecasts: object | None = None  # reports.forecasts.SweepForecasts: the calibrated intervals and regime flags
 
     @property
     def table(self) -> pd.DataFrame:
@@ -225,41 +226,16 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
     # goes under the LOO table (table.attrs["shape_note"]), in the printed table and in the report.
     shape = window_end_check([f for v in variants.values()
                               for f in (v.prediction_seed_fits.values() or [v.prediction_fit])])
-    if comparison is not None:
-        _seed_prediction_intervals(variants, budget.target, shape_sd=shape.rms_residual if shape else 0.0)
+    # Each prediction's interval, from the sweep's own back-tests (reports.forecasts).
+    forecasts = forecast_sweep(data, variants, lambda curve, fit_until: _fit_curve(curve, budget, fit_until)[0])
     # How precise each evaluation point is (its logged sampling se): a note when too noisy for the margin.
     noise = evaluation_noise_check(data.evals["pass_rate_se"])
     # Once the runs reached the target, their predictions' misses there are observed: one side too often is a bias.
     target_miss = target_miss_check([score.error for v in variants.values()
                                      for score in (v.seed_scores.values() or [v.score]) if score is not None])
     return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
-                     n_boot=n_boot, shape=shape, noise=noise, target_miss=target_miss)
-
-
-def _seed_prediction_intervals(variants: dict[str, VariantFit], target: float, level: float = 0.95,
-                               shape_sd: float = 0.0) -> None:
-    """With >= 2 seeds, the prediction interval includes run-to-run variance and the fits' shape error:
-    pred +- t(df) sqrt(s^2 / n + shape_sd^2).
-
-    s: the sd of the per-seed fits' predictions at the target around their variant's mean, pooled over
-    the sweep's variants (df = sum (n_v - 1); fitting.seeds explains why pooled). shape_sd: how far the
-    sweep's fits miss their own window's end (fitting.ShapeCheck.rms_residual); a prediction
-    extrapolated to the target misses by at least that, and more seeds do not shrink it. Stored as
-    v.seed_prediction_ci; one-seed variants keep the within-run bootstrap interval.
-    """
-    from scipy import stats
-
-    from fitting.seeds import pooled_sd
-
-    predictions = {n: [float(f.predict(target)) for f in v.prediction_seed_fits.values() if f is not None]
-                   for n, v in variants.items()}
-    sd, df = pooled_sd(predictions)
-    for name, v in variants.items():
-        n = len(predictions[name])
-        if n >= 2 and df >= 1:
-            half = stats.t.ppf((1 + level) / 2, df) * math.sqrt(sd ** 2 / n + shape_sd ** 2)
-            predicted = v.score.predicted
-            v.seed_prediction_ci = (predicted - half, predicted + half)
+                     n_boot=n_boot, shape=shape, noise=noise, target_miss=target_miss,
+                     forecasts=forecasts)
 
 
 def loo_table(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> pd.DataFrame:
@@ -376,15 +352,17 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
         row.update(variant=name, axis=job["axis"], choice=job["choice"],
                    changed=changed_axis(fits.data, name, job["axis"], job["choice"]),
                    n_seeds=int(fits.data.runs[fits.data.runs["variant"] == name]["seed"].nunique()),
-                   within_margin=None, verdict="not fitted", direction="", flags="", reason="", pred_interval="")
+                   within_margin=None, verdict="not fitted", direction="", flags="", reason="", pred_interval="",
+                   regime="")
         row.update(truncation_stats(sums, fits.data.runs[fits.data.runs["variant"] == name]["run_id"]))
         v = fits.variants.get(name)
         if v is not None:
             fit, boot, score = v.fit, v.boot, v.score
-            prediction_ci = v.seed_prediction_ci or v.prediction_boot.prediction_ci
+            forecast = fits.forecasts.rows[name]
             row.update(n_points=fit.n_points, R0=fit.r0, A=fit.a, A_lo=boot.a_ci[0], A_hi=boot.a_ci[1], B=fit.b,
-                       C_mid=fit.c_mid, pred_at_target=score.predicted, pred_lo=prediction_ci[0],
-                       pred_hi=prediction_ci[1], pred_interval="seeds" if v.seed_prediction_ci else "within-run",
+                       C_mid=fit.c_mid, pred_at_target=score.predicted, pred_lo=forecast.interval[0],
+                       pred_hi=forecast.interval[1], pred_interval=f"back-test {100 * forecast.level:.0f}%",
+                       regime=", ".join(forecast.regime),
                        observed_at_target=score.observed, error=score.error,
                        within_margin=score.within_margin, verdict="-", flags=_flags(v))
             if v.spread is not None:
@@ -418,7 +396,8 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                        shape_note=fits.shape.note() if fits.shape is not None and fits.shape.departs else "",
                        noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "",
                        miss_note=(fits.target_miss.note() if fits.target_miss is not None and fits.target_miss.departs
-                                  else ""))
+                                  else ""),
+                       forecast_note=fits.forecasts.note() if fits.variants else "")
     return frame
 
 
@@ -458,11 +437,15 @@ def _run_frame(fits: SweepFits) -> pd.DataFrame:
     for job in fits.data.runs.itertuples(index=False):
         row = dict.fromkeys(schema.RUN_COLUMNS, math.nan)
         row.update(run_id=job.run_id, variant=job.variant, axis=job.axis, choice=job.choice, seed=job.seed,
-                   within_margin=None, flags="not fitted", **truncation_stats(sums, [job.run_id]))
+                   within_margin=None, flags="not fitted", regime="", **truncation_stats(sums, [job.run_id]))
         v = fits.variants.get(job.variant)
         fit = v.seed_fits.get(job.seed) if v is not None else None
         if fit is not None:
             score = v.seed_scores[job.seed]
+            forecast = fits.forecasts.runs.get((job.variant, job.seed))
+            if forecast is not None:
+                row.update(pred_lo=forecast.interval[0], pred_hi=forecast.interval[1],
+                           regime=", ".join(forecast.regime))
             row.update(n_points=fit.n_points, R0=fit.r0, A=fit.a, B=fit.b, C_mid=fit.c_mid,
                        pred_at_target=score.predicted, observed_at_target=score.observed, error=score.error,
                        within_margin=score.within_margin, flags=", ".join(score.flags))

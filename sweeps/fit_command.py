@@ -31,8 +31,11 @@ increase strictly (duplicates mean mixed seeds: add a seed column).
 R0: fitted with --fit-r0; else --r0 for every curve; else each curve's own row at compute 0.
 Several seeds per run: each seed is fitted on its own (one row each) and a second table gives the
 spread across seeds (mean, sd, min, max of A, B, C_mid and the prediction at --target).
-Intervals: moving-block residual bootstrap (--n-boot draws; 0 skips it). Observed at target: mean of
-the points within target * (1 +- --observed-window). Exit status 1 when a curve could not be fitted
+Intervals: A, B and C_mid from a moving-block residual bootstrap (--n-boot draws; 0 skips it); the
+prediction's 90% interval from back-tests pooled over the file's curves (each curve fitted to
+fit_until / r and scored at its own points up to fit_until, r = target / fit_until; fitting.backtest),
+with a regime column naming why a curve is not yet predictable. Observed at target: mean of the points
+within target * (1 +- --observed-window). Exit status 1 when a curve could not be fitted
 (the others are still shown), 2 when none could.
 --power-law: also fit the paper's power-law baseline R = A - D / C^B on the same window and show its
 ceiling A and prediction at --target beside the sigmoid's. A power law keeps rising: on a saturating
@@ -156,6 +159,7 @@ class FitProgress:
 def _fit_curve(run: str, seed: str, rows, args) -> dict:
     """Fit, bootstrap and score one (run, seed) curve; FitInputError becomes the record's fit_error."""
     from fitting import FitInputError, bootstrap_fit, fit_sigmoid, score_extrapolation
+    from fitting.backtest import backtest_curve
 
     record = {"run": run, "seed": seed, "notes": []}
     empty = rows["pass_rate"].isna()
@@ -176,8 +180,13 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
             options.update(paper_c_mid_range=None, paper_a_range=None)
         elif args.paper_c_mid_range:
             options["paper_c_mid_range"] = tuple(args.paper_c_mid_range)
+    def fit_to(fit_until: float):
+        return fit_sigmoid(compute, pass_rate, **{**options, "fit_until": fit_until})
+
     try:
         fit = fit_sigmoid(compute, pass_rate, **options)
+        backtests = backtest_curve(fit_to, compute, pass_rate, fit_at=args.fit_until, target=args.target,
+                                   observed_halfwidth=args.observed_window)
         score = score_extrapolation(fit, compute, pass_rate, target=args.target, margin=args.margin,
                                     observed_halfwidth=args.observed_window)
         boot = (bootstrap_fit(fit, n_boot=args.n_boot, target=args.target, seed=args.bootstrap_seed)
@@ -194,9 +203,31 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
         c_mid_ci=list(boot.c_mid_ci) if boot else None,
         predicted=score.predicted, predicted_ci=list(boot.prediction_ci) if boot else None,
         observed=score.observed, n_observed=score.n_observed, error=score.error,
-        within_margin=score.within_margin, flags=flags, fit=fit,
+        within_margin=score.within_margin, flags=flags, fit=fit, fit_to=fit_to, backtests=backtests,
     )
     return record
+
+
+def _forecast(records: list[dict], args):
+    """Calibrate over every fitted curve's back-tests; each record gains its calibrated interval and regime."""
+    from fitting.backtest import calibrate
+    from fitting.forecast import forecast_at
+
+    fitted = [r for r in records if "fit" in r]
+    calibration = calibrate([r["backtests"] for r in fitted], margin=args.margin)
+    for r in fitted:
+        forecast = forecast_at(r["fit_to"], r["fit"], r["backtests"], calibration, target=args.target)
+        r.update(calibrated_ci=list(forecast.interval), regime=list(forecast.regime),
+                 covered=None if r["n_observed"] == 0 else forecast.covers(r["observed"]))
+    observed = [r["covered"] for r in fitted if r["covered"] is not None]
+    held = (f"; at the target the intervals held {sum(observed)} of {len(observed)} observed ends "
+            f"({100 * sum(observed) / len(observed):.0f}%)" if observed else "")
+    note = (f"prediction intervals: {100 * calibration.level:.0f}% from the back-tests ({calibration.describe()}); "
+            f"{sum(bool(r['regime']) for r in fitted)} of {len(fitted)} curves not yet predictable{held}")
+    summary = {"level": calibration.level, "n_tests": calibration.n_tests, "quantile": calibration.quantile,
+               "within_margin": calibration.within_margin, "mean_error": calibration.mean_error,
+               "covered": sum(observed), "observed": len(observed), "note": note}
+    return summary
 
 
 def _fit_power_law(compute, pass_rate, args) -> dict:
@@ -233,7 +264,7 @@ def _curve_name(record: dict) -> str:
     return f"{record['run']}/{record['seed']}" if record["seed"] != "-" else record["run"]
 
 
-def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
+def _print_tables(records: list[dict], spreads: list[dict], forecast: dict, args) -> None:
     from fitting import FLAG_MEANINGS
     from reports.text import aligned_lines, sig3
 
@@ -241,13 +272,14 @@ def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
     print(f"fit window [{args.burn_in:g}, {args.fit_until:g}], method {args.method}, weights {args.weights}, "
           f"{args.n_boot} bootstrap draws; observed = mean of points within {args.target:g} "
           f"+-{100 * args.observed_window:g}%; margin {args.margin:g}")
-    header = ["run", "seed", "n", "R0", "A", "B", "C_mid", f"pred@{args.target:g}", "observed", "error", "ok", "flags"]
+    header = ["run", "seed", "n", "R0", "A", "B", "C_mid", f"pred@{args.target:g} [90% back-test]", "observed", "error",
+              "ok", "regime", "flags"]
     rows, notes, seen_flags = [], [], []
     for r in records:
         name = _curve_name(r)
         notes += [f"{name}: {note}" for note in r["notes"]]
         if "fit_error" in r:
-            rows.append([r["run"], r["seed"]] + ["-"] * 9 + ["not fitted (see notes)"])
+            rows.append([r["run"], r["seed"]] + ["-"] * 10 + ["not fitted (see notes)"])
             notes.append(f"{name}: not fitted: {r['fit_error']}")
             continue
         seen_flags += [f for f in r["flags"] if f not in seen_flags]
@@ -255,9 +287,10 @@ def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
         rows.append([
             r["run"], r["seed"], str(r["n_points"]), f"{r['r0']:.3f}" + ("*" if r["r0_source"] == "fitted" else ""),
             _with_ci(r["a"], r["a_ci"], three), _with_ci(r["b"], r["b_ci"], two),
-            _with_ci(r["c_mid"], r["c_mid_ci"], sig3), _with_ci(r["predicted"], r["predicted_ci"], three),
+            _with_ci(r["c_mid"], r["c_mid_ci"], sig3), _with_ci(r["predicted"], r["calibrated_ci"], three),
             "-" if unobserved else three(r["observed"]), "-" if unobserved else f"{r['error']:+.3f}",
-            "-" if unobserved else ("yes" if r["within_margin"] else "NO"), ", ".join(r["flags"]) or "-",
+            "-" if unobserved else ("yes" if r["within_margin"] else "NO"), ", ".join(r["regime"]) or "-",
+            ", ".join(r["flags"]) or "-",
         ])
     print("\n".join(aligned_lines(header, rows)))
     if any(r.get("r0_source") == "fitted" for r in records):
@@ -269,6 +302,14 @@ def _print_tables(records: list[dict], spreads: list[dict], args) -> None:
                        + [f"{fmt(s['mean'][k])} +- {fmt(s['std'][k])} [{fmt(s['min'][k])}, {fmt(s['max'][k])}]"
                           for k, fmt in keys] for s in spreads]
         print("\n".join(aligned_lines(["run", "seeds", "A", "B", "C_mid", f"pred@{args.target:g}"], spread_rows)))
+    print("\n" + textwrap.fill(forecast["note"], 120))
+    regimes = list(dict.fromkeys(reason for r in records for reason in r.get("regime", [])))
+    if regimes:
+        from fitting.forecast import REGIME_MEANINGS
+
+        print("\nregime (why a prediction is not yet trusted):")
+        for reason in regimes:
+            print(f"  {reason}: {REGIME_MEANINGS[reason]}")
     if seen_flags:
         print("\nflags:")
         for flag in seen_flags:
@@ -349,20 +390,21 @@ def run(args) -> int:
     if all("fit_error" in r for r in records):
         raise UsageError(_unfitted_summary(records))
     spreads = _seed_spreads(records, args.target)
+    forecast = _forecast(records, args)
     from fitting import window_end_check
 
     shape = window_end_check([r["fit"] for r in records if "fit" in r])
     if args.json:
         settings = {k: getattr(args, k) for k in ("burn_in", "fit_until", "target", "method", "weights", "margin",
                                                   "observed_window", "n_boot", "bootstrap_seed", "power_law")}
-        curves = [{k: v for k, v in r.items() if k != "fit"} for r in records]
+        curves = [{k: v for k, v in r.items() if k not in ("fit", "fit_to", "backtests")} for r in records]
         fit_shape = None if shape is None else {"runs": shape.runs, "above": shape.above, "p_value": shape.p_value,
                                                 "departs": shape.departs,
                                                 "note": shape.note() if shape.departs else None}
         print(json.dumps(_jsonable({"settings": settings, "curves": curves, "seed_spread": spreads,
-                                    "fit_shape": fit_shape}), indent=2))
+                                    "fit_shape": fit_shape, "prediction_intervals": forecast}), indent=2))
     else:
-        _print_tables(records, spreads, args)
+        _print_tables(records, spreads, forecast, args)
         if shape is not None and shape.departs:
             print("\n" + textwrap.fill(shape.note(), 120))
         if args.power_law:

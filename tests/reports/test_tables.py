@@ -243,24 +243,35 @@ def test_the_target_miss_check_runs_over_every_runs_observed_error(sweep_fits):
     assert ("predictions at the target:" in format_loo_table(table)) == miss.departs
 
 
-def test_the_seed_prediction_interval_adds_the_fits_shape_error(sweep_fits):
-    """pred +- t(df) sqrt(s^2 / n + rms_residual^2): run-to-run spread of the mean, and the fits' miss at
-    their window's end, which more seeds do not shrink."""
-    from scipy import stats
+def test_prediction_intervals_come_from_the_sweeps_own_back_tests(sweep_fits):
+    """Each run: pred +- q * s, q the conformal quantile of its sweep's back-test scores, s its window sensitivity;
+    each row: its seed-mean prediction +- the mean radius of its seeds' runs."""
+    from fitting.backtest import conformal_quantile, window_sensitivity
 
-    from fitting.seeds import pooled_sd
+    forecasts, budget = sweep_fits.forecasts, sweep_fits.data.budget
+    tests = [t for run in forecasts.run_backtests.values() for t in run]
+    assert len(tests) >= len(forecasts.runs) and all(t.scored_at <= budget.fit_at for t in tests)
+    quantile = conformal_quantile([t.score for t in tests])
+    assert forecasts.run_calibration.quantile == quantile
+    runs = sweep_fits.run_table.set_index(["variant", "seed"])
+    for (name, seed), forecast in forecasts.runs.items():
+        evals = sweep_fits.data.evals
+        rows = evals[(evals["variant"] == name) & (evals["seed"] == seed)]
+        fit = sweep_fits.variants[name].prediction_seed_fits[seed]
+        from reports.tables import _fit_curve
 
-    target = sweep_fits.data.budget.target
-    predictions = {n: [float(f.predict(target)) for f in v.seed_fits.values()] for n, v in sweep_fits.variants.items()}
-    sd, df = pooled_sd(predictions)
-    shape_sd = sweep_fits.shape.rms_residual
-    assert shape_sd > 0
+        scale = window_sensitivity(lambda u, rows=rows.sort_values("step"): _fit_curve(rows, budget, u)[0], fit,
+                                   budget.target)
+        assert forecast.radius == pytest.approx(quantile * scale)
+        assert (runs.loc[(name, seed), "pred_lo"], runs.loc[(name, seed), "pred_hi"]) == pytest.approx(
+            forecast.interval)
     table = sweep_fits.table.set_index("variant")
     for name, v in sweep_fits.variants.items():
-        half = stats.t.ppf(0.975, df) * math.sqrt(sd ** 2 / len(predictions[name]) + shape_sd ** 2)
-        row = table.loc[name]
-        assert row["pred_interval"] == "seeds"
-        assert (row["pred_lo"], row["pred_hi"]) == pytest.approx((v.score.predicted - half, v.score.predicted + half))
+        radius = np.mean([forecasts.runs[(name, seed)].radius for seed in v.seeds])
+        assert table.loc[name, "pred_interval"] == "back-test 90%"
+        assert (table.loc[name, "pred_lo"], table.loc[name, "pred_hi"]) == pytest.approx(
+            (v.score.predicted - radius, v.score.predicted + radius))
+    assert "intervals calibrated on the sweep's own back-tests" in sweep_fits.table.attrs["forecast_note"]
 
 
 def test_the_evaluation_noise_check_reads_every_points_logged_se(sweep_fits):
@@ -390,7 +401,7 @@ def test_verdicts_from_the_whole_run_fit_to_the_target_while_predictions_stay_th
             assert max(fit.compute) == observed.max() > budget.target
         # the scored prediction is the window's extrapolation, not the whole run's fit
         assert v.score.predicted == pytest.approx(w.score.predicted)
-        assert v.seed_prediction_ci == pytest.approx(w.seed_prediction_ci)
+        assert run.forecasts.rows[name].interval == pytest.approx(window.forecasts.rows[name].interval)
         assert v.prediction_fit is not v.fit and w.prediction_fit is w.fit
     table, window_table = run.table.set_index("variant"), window.table.set_index("variant")
     assert dict(table["verdict"]) == EXPECTED_VERDICTS

@@ -1,0 +1,144 @@
+"""Back-tests: the sweep's own record of how far its fits extrapolate, and the intervals it calibrates.
+
+A prediction fits the window [burn_in, fit_at] and extrapolates to target = r * fit_at. Every run has
+already observed a smaller copy of that question: fit to an origin o <= fit_at / r, predict at r * o,
+and compare with the curve observed there (all of it inside the window, so a back-test needs nothing
+the forward prediction does not have). Its error e = predicted - observed is a draw from the sweep's
+extrapolation errors at the same reach r. Pooled over the sweep's runs, the absolute errors calibrate
+the forward interval as split-conformal prediction does (Vovk et al. 2005; Lei et al. 2018):
+
+    radius = the k-th smallest |e_j|, k = ceil((n + 1) * level), over n back-test errors;
+    interval = predicted +- radius,
+
+which covers the observed end with probability >= level when the forward error is exchangeable with
+the back-tests'. Nothing assumes the bootstrap's independent points or the sigmoid's shape: a curve
+that rises past its window's shoulder made its back-tests miss too, so the radius widens with it.
+Too few back-tests for the level (k > n) give an infinite radius: "cannot tell yet", not a number.
+A mean error (a bias) is reported, not subtracted (BENCHMARKS.md, "Predictions that know when they are wrong").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fitting.extrapolation import DEFAULT_MARGIN, DEFAULT_OBSERVED_HALFWIDTH, observed_at
+from fitting.fit import FitResult
+from fitting.validate import FitInputError, check_curve
+
+LEVEL = 0.90
+# Back-tests are scored at the run's own evaluation points in [EARLIEST * fit_at, fit_at], the latest
+# MAX_BACKTESTS of them: one doubling of the window, two or three points at the demo's schedule.
+EARLIEST = 0.5
+MAX_BACKTESTS = 3
+# A prediction's scale compares its window with one ending SHORTER times as far (0.6-0.75 measured; 0.75
+# kept: BENCHMARKS.md, "Predictions that know when they are wrong").
+SHORTER = 0.75
+MIN_SCALE = 1e-6  # a noiseless curve that no window moves: keep the score finite
+
+FitTo = Callable[[float], FitResult]  # fit_to(fit_until): the curve's fit, made as the forward one, to fit_until
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """One back-test: a fit to `origin`, its prediction at `scored_at` = r * origin, the curve observed there."""
+
+    origin: float
+    scored_at: float
+    predicted: float
+    observed: float
+    a: float  # the back-test fit's A, beside the forward fit's: a ceiling still moving shows here
+    scale: float  # window_sensitivity of the back-test's prediction
+    fit: FitResult = field(repr=False, compare=False)  # the back-test's fit, drawn faintly on the curves page
+
+    @property
+    def error(self) -> float:
+        return self.predicted - self.observed
+
+    @property
+    def score(self) -> float:
+        """|error| / scale: the miss in units of how much the prediction's own window moves it."""
+        return abs(self.error) / self.scale
+
+
+def window_sensitivity(fit_to: FitTo, fit: FitResult, at: float, shorter: float = SHORTER) -> float:
+    """s = |R_w(at) - R_w'(at)| + rmse_w: how far the prediction at `at` moves when the window w is cut to end
+    `shorter` times as far (w'), plus the fit's own noise. A curve that has settled into its sigmoid moves
+    its prediction little; one still changing regime moves it much, and misses further (the scaled score
+    keeps a sweep of both honest at once: a plain |error| gave 99% coverage on settled curves and 87% on late
+    risers)."""
+    cut = fit_to(shorter * fit.window[1])
+    return max(MIN_SCALE, abs(float(fit.predict(at)) - float(cut.predict(at))) + fit.rmse)
+
+
+def backtest_curve(fit_to: FitTo, compute, pass_rate, *, fit_at: float, target: float, earliest: float = EARLIEST,
+                   max_tests: int = MAX_BACKTESTS,
+                   observed_halfwidth: float = DEFAULT_OBSERVED_HALFWIDTH) -> list[Backtest]:
+    """The back-tests of one curve, scored at its evaluation points C_j in [earliest * fit_at, fit_at] (the
+    latest `max_tests`): the fit fit_to(C_j / r), r = target / fit_at, predicted at C_j against the curve's
+    mean within C_j * (1 +- observed_halfwidth), as the forward prediction is scored at the target.
+    An origin whose window (or cut window) cannot be fitted gives no back-test.
+    """
+    if not target > fit_at > 0:
+        raise FitInputError(f"a back-test needs target > fit_at > 0; got fit_at={fit_at!r}, target={target!r}")
+    compute, pass_rate = check_curve(compute, pass_rate)
+    reach = target / fit_at
+    tests = []
+    for scored_at in compute[(compute >= earliest * fit_at) & (compute <= fit_at)][::-1][:max_tests]:
+        try:
+            fit = fit_to(scored_at / reach)
+            scale = window_sensitivity(fit_to, fit, scored_at)
+        except FitInputError:
+            continue
+        observed, _, _ = observed_at(compute, pass_rate, scored_at, observed_halfwidth)
+        tests.append(Backtest(origin=float(scored_at / reach), scored_at=float(scored_at),
+                              predicted=float(fit.predict(scored_at)), observed=observed, a=fit.a, scale=scale,
+                              fit=fit))
+    return tests
+
+
+def conformal_quantile(scores: Sequence[float], level: float = LEVEL) -> float:
+    """The k-th smallest score, k = ceil((n + 1) * level); inf when k > n (too few scores for the level)."""
+    if not 0 < level < 1:
+        raise FitInputError(f"level must lie in (0, 1); got {level!r}")
+    ordered = np.sort(np.asarray(scores, dtype=float))
+    k = math.ceil((ordered.size + 1) * level)
+    return float(ordered[k - 1]) if k <= ordered.size else math.inf
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A sweep's back-tests pooled: the conformal quantile of their scores, their hit rate and bias."""
+
+    level: float
+    n_tests: int
+    n_runs: int
+    quantile: float  # of |error| / scale; inf: too few back-tests for the level
+    mean_error: float  # the back-tests' bias (pred - obs); reported, not subtracted
+    within_margin: float  # share of back-tests within `margin` of what was observed
+    margin: float
+
+    @property
+    def bounded(self) -> bool:
+        return math.isfinite(self.quantile)
+
+    def describe(self) -> str:
+        return (f"{self.n_tests} back-tests of {self.n_runs} runs: {100 * self.within_margin:.0f}% within "
+                f"{self.margin:g}, mean error {self.mean_error:+.3f}"
+                + ("" if self.bounded else f"; too few for a {100 * self.level:.0f}% interval "
+                   f"(needs {math.ceil(self.level / (1 - self.level))}): add runs or evaluate more often"))
+
+
+def calibrate(backtests: Iterable[Sequence[Backtest]], *, level: float = LEVEL,
+              margin: float = DEFAULT_MARGIN) -> Calibration:
+    """Pool the back-tests of a sweep's runs (one sequence per run) into the score quantile at `level`."""
+    runs = [[t for t in tests if math.isfinite(t.error)] for tests in backtests]
+    tests = [t for run in runs for t in run]
+    errors = np.array([t.error for t in tests])
+    return Calibration(level=level, n_tests=len(tests), n_runs=sum(1 for run in runs if run),
+                       quantile=conformal_quantile([t.score for t in tests], level), margin=margin,
+                       mean_error=float(errors.mean()) if tests else math.nan,
+                       within_margin=float(np.mean(np.abs(errors) <= margin)) if tests else math.nan)

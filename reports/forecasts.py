@@ -1,0 +1,98 @@
+"""The sweep's forecasts: every run's and every row's prediction at the target, with the interval its back-tests give.
+
+    forecasts = forecast_sweep(data, variants, fit_curve)   # reports.tables.fit_sweep calls it
+    forecasts.runs[(variant, seed)], forecasts.rows[variant]   # fitting.Forecast
+    forecasts.note()                                           # the back-test and the coverage, in a sentence
+
+One calibration, over every run's back-tests (fitting.backtest says how a back-test is made). A table
+row predicts from its seed-mean curve and gets the mean radius of its seeds' runs, not a run's radius /
+sqrt(seeds): what the seeds share (the curves rising past the window's shoulder) does not average out,
+and the seed-mean curves' own back-tests, too smooth to show it, gave rows intervals that held 4 of 9
+observed ends where this held 8 (BENCHMARKS.md, "Predictions that know when they are wrong").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from reports.sweep_data import SweepData
+
+# fit_curve(curve, fit_until) -> FitResult: a curve (step, compute, pass_rate) fitted as the window fit is
+FitCurve = Callable[[pd.DataFrame, float], object]
+
+
+@dataclass
+class SweepForecasts:
+    """Back-tests, calibrations and forecasts of a sweep's runs and rows."""
+
+    run_calibration: object  # fitting.Calibration over every run's back-tests
+    runs: dict[tuple[str, int], object] = field(default_factory=dict)  # (variant, seed) -> fitting.Forecast
+    rows: dict[str, object] = field(default_factory=dict)  # variant -> fitting.Forecast
+    run_backtests: dict[tuple[str, int], list] = field(default_factory=dict)
+    row_backtests: dict[str, list] = field(default_factory=dict)  # for the regime flag and the curves page
+    observed: dict[tuple[str, int], float] = field(default_factory=dict)  # each run's observed end (NaN: not yet)
+
+    def coverage(self) -> tuple[int, int]:
+        """(runs whose observed end lies inside their interval, runs observed at the target)."""
+        seen = {key: value for key, value in self.observed.items() if math.isfinite(value) and key in self.runs}
+        return sum(self.runs[key].covers(value) for key, value in seen.items()), len(seen)
+
+    def flagged(self) -> int:
+        return sum(bool(f.regime) for f in self.runs.values())
+
+    def note(self) -> str:
+        """The back-test's record and, once the runs reached the target, how often the intervals held."""
+        calibration = self.run_calibration
+        text = (f"predictions: {100 * calibration.level:.0f}% intervals calibrated on the sweep's own back-tests "
+                f"(each run's fit to fit_at / r scored at fit_at; {calibration.describe()}); "
+                f"{self.flagged()} of {len(self.runs)} runs flagged not yet predictable")
+        covered, observed = self.coverage()
+        if observed:
+            text += (f"; at the target the intervals held {covered} of {observed} observed ends "
+                     f"({100 * covered / observed:.0f}%)")
+        return text
+
+
+def _fit_to(fit_curve: FitCurve, curve: pd.DataFrame):
+    return lambda fit_until: fit_curve(curve, fit_until)
+
+
+def forecast_sweep(data: SweepData, variants: dict, fit_curve: FitCurve) -> SweepForecasts:
+    """Back-test every run and every row, calibrate each kind over the sweep, forecast each at the target."""
+    from fitting.backtest import backtest_curve, calibrate
+    from fitting.forecast import forecast_at
+
+    budget = data.budget
+    halfwidth = {} if budget.observed_window is None else {"observed_halfwidth": budget.observed_window}
+
+    def backtests(curve: pd.DataFrame) -> list:
+        return backtest_curve(_fit_to(fit_curve, curve), curve["compute"].to_numpy(), curve["pass_rate"].to_numpy(),
+                              fit_at=budget.fit_at, target=budget.target, **halfwidth)
+
+    run_curves, run_tests, row_tests = {}, {}, {}
+    for name, v in variants.items():
+        row_tests[name] = backtests(v.curve)
+        for seed, fit in v.prediction_seed_fits.items():
+            if fit is not None:
+                rows = data.evals[(data.evals["variant"] == name) & (data.evals["seed"] == seed)]
+                run_curves[(name, seed)] = rows.sort_values("step")[["step", "compute", "pass_rate"]]
+                run_tests[(name, seed)] = backtests(run_curves[(name, seed)])
+    forecasts = SweepForecasts(run_calibration=calibrate(run_tests.values()), run_backtests=run_tests,
+                               row_backtests=row_tests)
+    for (name, seed), curve in run_curves.items():
+        v = variants[name]
+        forecasts.runs[(name, seed)] = forecast_at(_fit_to(fit_curve, curve), v.prediction_seed_fits[seed],
+                                                   run_tests[(name, seed)], forecasts.run_calibration,
+                                                   target=budget.target)
+        forecasts.observed[(name, seed)] = v.seed_scores[seed].observed
+    for name, v in variants.items():
+        row = forecast_at(_fit_to(fit_curve, v.curve), v.prediction_fit, row_tests[name],
+                          forecasts.run_calibration, target=budget.target)
+        radii = [forecasts.runs[(name, seed)].radius for seed in v.seeds if (name, seed) in forecasts.runs]
+        forecasts.rows[name] = replace(row, radius=float(np.mean(radii))) if radii else row
+    return forecasts
