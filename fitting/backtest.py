@@ -105,8 +105,16 @@ def conformal_quantile(scores: Sequence[float], level: float = LEVEL) -> float:
     if not 0 < level < 1:
         raise FitInputError(f"level must lie in (0, 1); got {level!r}")
     ordered = np.sort(np.asarray(scores, dtype=float))
-    k = math.ceil((ordered.size + 1) * level)
+    k = math.ceil(round((ordered.size + 1) * level, 9))  # round: 10 * 0.9 is 9.000000000000002 in floats
     return float(ordered[k - 1]) if k <= ordered.size else math.inf
+
+
+def min_tests(level: float) -> int:
+    """The fewest scores with a finite quantile at `level`: the least n with ceil((n + 1) * level) <= n."""
+    n = 1
+    while math.ceil(round((n + 1) * level, 9)) > n:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
@@ -129,7 +137,7 @@ class Calibration:
         return (f"{self.n_tests} back-tests of {self.n_runs} runs: {100 * self.within_margin:.0f}% within "
                 f"{self.margin:g}, mean error {self.mean_error:+.3f}"
                 + ("" if self.bounded else f"; too few for a {100 * self.level:.0f}% interval "
-                   f"(needs {math.ceil(self.level / (1 - self.level))}): add runs or evaluate more often"))
+                   f"(needs {min_tests(self.level)}): add runs or evaluate more often"))
 
 
 def calibrate(backtests: Iterable[Sequence[Backtest]], *, level: float = LEVEL,

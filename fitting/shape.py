@@ -15,8 +15,8 @@ runs to ever fire at ALPHA = 0.01 (7 runs of one sign give p = 0.016).
 
 The same residuals size a term the intervals lacked: rms_residual = sqrt(mean over runs of r_end^2),
 r_end a run's mean residual over its last points, is how far the sigmoid misses its own window's end.
-A prediction at the target extrapolates further, so it is taken to miss by at least that much, and
-the prediction intervals with seeds add it in quadrature (reports.tables, fitting.seeds.held_out_interval).
+A prediction at the target extrapolates further, so it misses by at least that much
+(fitting.seeds.held_out_interval adds it; the table's intervals come from back-tests, fitting.backtest).
 A lower bound, not the error: in the two validation studies of the shipped code the mean error at
 the target was 1.9-2.3x the mean window-end residual (BENCHMARKS.md).
 """
@@ -50,8 +50,8 @@ class ShapeCheck:
         return (f"fit shape: {count} of {self.runs} runs end their fit window {side} their own sigmoid fit "
                 f"(last {LAST_POINTS} points; sign test p = {self.p_value:.1g}): the sigmoid does not follow these "
                 f"curves' shape there, so each run's prediction at the target carries a shape error, of a sign "
-                f"this check cannot tell. Intervals with seeds add its size at the window's end (rms "
-                f"{self.rms_residual:.3f}), a lower bound on it at the target. Trust the seed-mean rows and the "
+                f"this check cannot tell (rms {self.rms_residual:.3f} at the window's end, a lower bound "
+                f"on it at the target; the back-tests size it). Trust the seed-mean rows and the "
                 f"paired comparisons more than any single run's prediction, or fit a longer window.")
 
 

@@ -3,9 +3,9 @@
     log_fit_results(sweep_dir, fits.table, run_table=fits.run_table, artifacts=[pdf, *pngs])
 
 Each job's run gets the fit/* metrics of its own curve (schema.FIT_METRICS; the variant's deltas) and
-the tags scalerl.verdict and scalerl.fit_flags; the sweep's parent run gets the report files under
-report/ and sweep.json, so a report can be rebuilt from the store alone. The SQLite store has one
-writer at a time: call this after the sweep's jobs have finished.
+the tags scalerl.verdict, scalerl.fit_flags and scalerl.regime (why its prediction is not yet trusted);
+the sweep's parent run gets the report files under report/ and sweep.json, so a report can be rebuilt
+from the store alone. The SQLite store has one writer at a time: call this after the sweep's jobs have finished.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def log_fit_results(sweep_dir: str | Path, table: pd.DataFrame, *, run_table: pd
         values.update({key: variant_row[column] for key, column in schema.FIT_VARIANT_METRICS.items()})
         metrics = [Metric(key, float(value), now, 0) for key, value in values.items() if _finite(value)]
         tags = [RunTag(schema.TAG_VERDICT, verdict_text(variant_row)),
-                RunTag(schema.TAG_FIT_FLAGS, str(own["flags"]) or "none")]
+                RunTag(schema.TAG_FIT_FLAGS, str(own["flags"]) or "none"),
+                RunTag(schema.TAG_REGIME, str(own["regime"]) or "predictable")]
         client.log_batch(mlflow_run_id, metrics=metrics, tags=tags)
     if missing:
         echo(f"MLflow: no fit results for {len(missing)} job run(s) not in the table: {', '.join(missing)}")

@@ -83,6 +83,7 @@ TAG_SCAN_KEY, TAG_SCAN_VALUE = "scalerl.scan_key", "scalerl.scan_value"  # a sca
 SWEEP_SCAN = "scan"  # sweep.json: {key, values (the reference first), reference} of a scan; null for a LOO
 TAG_VERDICT = "scalerl.verdict"  # written by reports: the variant's LOO verdict
 TAG_FIT_FLAGS = "scalerl.fit_flags"  # written by reports: trust flags of the run's fit, comma-separated
+TAG_REGIME = "scalerl.regime"  # written by reports: fitting.forecast's reasons, or "predictable"
 PARENT_SWEEP_ARTIFACT = "sweep.json"  # sweep.json copied onto the parent run, so a store alone suffices
 REPORT_ARTIFACT_DIR = "report"  # parent-run artifact folder of the PDF and the figure PNGs
 

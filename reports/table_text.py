@@ -14,7 +14,7 @@ import pandas as pd
 from reports import schema
 from reports.text import aligned_lines, sig3
 
-SWEEP_NOTES = ("noise_note", "shape_note", "miss_note", "forecast_note")
+SWEEP_NOTES = ("noise_note", "shape_note", "miss_note", "forecast_note", "protocol_note")
 
 TRUNCATION_NOTE = (f"share of training steps whose truncation rate (samples interrupted or cut at the length "
                    f"limit) was below {schema.LOW_TRUNCATION_RATE:.0%}; the paper reports that for > "

@@ -29,6 +29,7 @@ import pandas as pd
 
 from reports import schema
 from reports.forecasts import forecast_sweep
+from reports.protocols import protocol_note
 from reports.sweep_data import SweepData
 from reports.verdicts import verdict_why
 
@@ -76,6 +77,7 @@ class SweepFits:
     noise: object | None = None  # fitting.EvaluationNoise over every evaluation point (None: no se logged)
     target_miss: object | None = None  # fitting.TargetMissCheck over every run's prediction error at the target
     forecasts: object | None = None  # reports.forecasts.SweepForecasts: the calibrated intervals and regime flags
+    protocol_note: str = ""  # reports.protocols: where the other budget.verdicts_from would call differently
 
     @property
     def table(self) -> pd.DataFrame:
@@ -226,8 +228,13 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
     # goes under the LOO table (table.attrs["shape_note"]), in the printed table and in the report.
     shape = window_end_check([f for v in variants.values()
                               for f in (v.prediction_seed_fits.values() or [v.prediction_fit])])
-    # Each prediction's interval, from the sweep's own back-tests (reports.forecasts).
-    forecasts = forecast_sweep(data, variants, lambda curve, fit_until: _fit_curve(curve, budget, fit_until)[0])
+    # Each prediction's interval, from the sweep's own back-tests (reports.forecasts); the other verdict protocol.
+    def fit_curve(curve, fit_until):
+        return _fit_curve(curve, budget, fit_until)[0]
+
+    forecasts = forecast_sweep(data, variants, fit_curve)
+    protocol = (protocol_note(data, variants, comparison, fit_curve, n_boot=n_boot, seed=seed)
+                if comparison is not None else "")
     # How precise each evaluation point is (its logged sampling se): a note when too noisy for the margin.
     noise = evaluation_noise_check(data.evals["pass_rate_se"])
     # Once the runs reached the target, their predictions' misses there are observed: one side too often is a bias.
@@ -235,7 +242,7 @@ def fit_sweep(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -
                                      for score in (v.seed_scores.values() or [v.score]) if score is not None])
     return SweepFits(data=data, variants=variants, failures=failures, comparison=comparison, notes=notes,
                      n_boot=n_boot, shape=shape, noise=noise, target_miss=target_miss,
-                     forecasts=forecasts)
+                     forecasts=forecasts, protocol_note=protocol)
 
 
 def loo_table(data: SweepData, *, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> pd.DataFrame:
@@ -397,7 +404,8 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
                        noise_note=fits.noise.note() if fits.noise is not None and fits.noise.too_noisy else "",
                        miss_note=(fits.target_miss.note() if fits.target_miss is not None and fits.target_miss.departs
                                   else ""),
-                       forecast_note=fits.forecasts.note() if fits.variants else "")
+                       forecast_note=fits.forecasts.note() if fits.variants else "",
+                       protocol_note=fits.protocol_note)
     return frame
 
 

@@ -20,7 +20,8 @@ from tests.reports.synthetic import EXPECTED_VERDICTS, log_to_mlflow, make_sweep
 from tests.reports.tools import chromium, ink_fraction
 
 N_BOOT = 100
-FIT_KEYS = {"fit/A", "fit/B", "fit/C_mid", "fit/pred_at_target", "fit/observed_at_target", "fit/error"}
+FIT_KEYS = {"fit/A", "fit/B", "fit/C_mid", "fit/pred_at_target", "fit/pred_lo", "fit/pred_hi",
+            "fit/observed_at_target", "fit/error"}
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +61,8 @@ def test_ui_shows_the_jobs_and_rest_api_has_fit_metrics_and_verdicts(logged, tmp
             # that seed's own fit
             row = logged["outputs"].fits.run_table.set_index("run_id").loc[tags[schema.TAG_RUN_ID]]
             assert metrics["fit/A"] == pytest.approx(row["A"]) and metrics["fit/error"] == pytest.approx(row["error"])
+            assert metrics["fit/pred_lo"] <= metrics["fit/pred_at_target"] <= metrics["fit/pred_hi"]
+            assert tags[schema.TAG_REGIME] == (row["regime"] or "predictable")
 
         screenshot = tmp_path / "runs.png"
         chromium(jobs_url(url), tmp_path / "profile", screenshot=screenshot)

@@ -220,3 +220,37 @@ def test_fit_shape_check_over_the_curves(tmp_path, capsys):
     # curves the sigmoid describes: no note
     assert main(["fit", EXAMPLE, *WINDOW, "--n-boot", "0"]) == 0
     assert "fit shape" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("family, seed", [("settled_sigmoid", 2028), ("late_rise", 2029)])
+def test_sweep_fit_calibrates_its_intervals_on_the_files_own_back_tests(tmp_path, capsys, family, seed):
+    """The acceptance's synthetic families through the CLI: settled sigmoids covered 80-97% and flagged at most
+    20%; late risers covered or flagged at least 80% (tests/fitting/test_backtest.py does the same in-process)."""
+    from tests.fitting import synthetic_curves as curves
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for run in range(90):
+        truth = getattr(curves, family)(rng)
+        rate = np.clip(truth(curves.COMPUTE) + curves.ar1_noise(rng, curves.COMPUTE.size), 0.0, 1.0)
+        rate[0] = float(truth(np.array([0.0]))[0])
+        rows += [f"run{run},{c:.6g},{p:.6f}" for c, p in zip(curves.COMPUTE, rate)]
+    path = write_csv(tmp_path / "curves.csv", rows)
+    window = ["--fit-until", f"{curves.FIT_AT:g}", "--target", f"{curves.TARGET:g}", "--n-boot", "0"]
+    assert main(["fit", path, *window, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    intervals, fitted = report["prediction_intervals"], report["curves"]
+    assert intervals["observed"] == len(fitted) == 90 and intervals["n_tests"] >= 90
+    covered = np.array([c["covered"] for c in fitted])
+    flagged = np.array([bool(c["regime"]) for c in fitted])
+    assert intervals["covered"] == covered.sum()
+    for c in fitted:
+        assert c["calibrated_ci"][0] <= c["predicted"] <= c["calibrated_ci"][1]
+    if family == "settled_sigmoid":
+        assert 0.80 <= covered.mean() <= 0.97 and flagged.mean() <= 0.20, (covered.mean(), flagged.mean())
+    else:
+        assert (covered | flagged).mean() >= 0.80, ((covered | flagged).mean(), covered.mean(), flagged.mean())
+    assert main(["fit", path, *window]) == 0  # the table says the same
+    out = capsys.readouterr().out
+    assert f"at the target the intervals held {covered.sum()} of 90 observed ends" in out
+    assert "pred@200 [90% back-test]" in out
