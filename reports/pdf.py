@@ -28,7 +28,14 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
 from reports import figures, schema  # noqa: E402
 from reports.scan import scan_cells, scan_figure, scan_has_values, scan_info  # noqa: E402
-from reports.table_text import SWEEP_NOTES, TRUNCATION_NOTE, evidence_cells, evidence_note, table_cells  # noqa: E402
+from reports.table_text import (  # noqa: E402
+    SWEEP_NOTES,
+    TRUNCATION_NOTE,
+    evidence_cells,
+    evidence_note,
+    regime_lines,
+    table_cells,
+)
 from reports.tables import DEFAULT_N_BOOT, config_diff, diagnostics_table  # noqa: E402
 from reports.text import sig3  # noqa: E402
 from reports.title_page import setup_page, title_page  # noqa: E402
@@ -237,7 +244,8 @@ def _table_legend(fits) -> str:
         "A: asymptote with 95% bootstrap interval; B: efficiency exponent of the free fit; B at A=...: refit with "
         "A fixed to the common value (the slope plot);",
         f"C_mid: compute at half the gain, in {figures.UNIT_LABELS.get(budget.unit, budget.unit)}; pred: the "
-        f"window fit's prediction at target; obs: mean of the evaluations within target x (1 +- {window:g});",
+        f"window fit's prediction at target, with the interval the sweep's back-tests calibrate (its note below); "
+        f"obs: mean of the evaluations within target x (1 +- {window:g});",
         "error = pred - obs; ok: |error| <= 0.02 (the paper's noise margin on A).",
     ]
     if fits.table["low_truncation_steps"].notna().any():
@@ -253,6 +261,7 @@ def _table_legend(fits) -> str:
         for flag in dict.fromkeys(f for text in flagged["flags"] for f in text.split(", ")):
             if flag in FLAG_MEANINGS:
                 lines.append(f"        {flag}: {FLAG_MEANINGS[flag]}")
+    lines += [line.lstrip("\n") for line in regime_lines(fits.table)]
     return "\n".join(textwrap.fill(line, 165, subsequent_indent="        ") for line in lines)
 
 
