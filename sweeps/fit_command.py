@@ -185,8 +185,9 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
 
     try:
         fit = fit_sigmoid(compute, pass_rate, **options)
-        backtests = backtest_curve(fit_to, compute, pass_rate, fit_at=args.fit_until, target=args.target,
-                                   observed_halfwidth=args.observed_window)
+        backtests = (backtest_curve(fit_to, compute, pass_rate, fit_at=args.fit_until, target=args.target,
+                                    observed_halfwidth=args.observed_window)
+                     if args.target > args.fit_until else [])  # a target inside the window: nothing to back-test
         score = score_extrapolation(fit, compute, pass_rate, target=args.target, margin=args.margin,
                                     observed_halfwidth=args.observed_window)
         boot = (bootstrap_fit(fit, n_boot=args.n_boot, target=args.target, seed=args.bootstrap_seed)
