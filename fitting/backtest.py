@@ -135,8 +135,8 @@ class Calibration:
 
     def describe(self) -> str:
         if not self.n_tests:
-            return ("no back-tests (no run has evaluation points in its window's last doubling, or the target "
-                    "lies inside the window): no interval")
+            return ("no back-tests: no run has evaluation points in its window's last doubling, or the target "
+                    "lies inside the window; no interval")
         return (f"{self.n_tests} back-tests of {self.n_runs} runs: {100 * self.within_margin:.0f}% within "
                 f"{self.margin:g}, mean error {self.mean_error:+.3f}"
                 + ("" if self.bounded else f"; too few for a {100 * self.level:.0f}% interval "
