@@ -1,20 +1,24 @@
 """Back-tests: the sweep's own record of how far its fits extrapolate, and the intervals it calibrates.
 
 A prediction fits the window [burn_in, fit_at] and extrapolates to target = r * fit_at. Every run has
-already observed a smaller copy of that question: fit to an origin o <= fit_at / r, predict at r * o,
-and compare with the curve observed there (all of it inside the window, so a back-test needs nothing
-the forward prediction does not have). Its error e = predicted - observed is a draw from the sweep's
-extrapolation errors at the same reach r. Pooled over the sweep's runs, the absolute errors calibrate
-the forward interval as split-conformal prediction does (Vovk et al. 2005; Lei et al. 2018):
+already answered smaller copies of that question: fitted to C / r, predicted at C, for its evaluation
+points C in the window's last doubling, and compared with the curve observed there (inside the window
+but for the observed value's +-3% at fit_at itself: nothing the forward prediction lacks). Each
+back-test's score is |e| / s, e = predicted - observed, s its window sensitivity (window_sensitivity:
+how far the prediction moves when its window is cut short, plus the fit's rmse). Pooled over the
+sweep's runs the scores calibrate the forward interval as split-conformal prediction does (Vovk et al.
+2005; Lei et al. 2018; scaled scores as in its locally weighted form):
 
-    radius = the k-th smallest |e_j|, k = ceil((n + 1) * level), over n back-test errors;
-    interval = predicted +- radius,
+    q = the k-th smallest score, k = ceil((n + 1) * level), over n back-test scores;
+    interval = predicted +- q * s_forward,
 
-which covers the observed end with probability >= level when the forward error is exchangeable with
-the back-tests'. Nothing assumes the bootstrap's independent points or the sigmoid's shape: a curve
-that rises past its window's shoulder made its back-tests miss too, so the radius widens with it.
-Too few back-tests for the level (k > n) give an infinite radius: "cannot tell yet", not a number.
-A mean error (a bias) is reported, not subtracted (BENCHMARKS.md, "Predictions that know when they are wrong").
+which covers the observed end with probability >= level when the forward score is exchangeable with
+the back-tests' (nearly so here: a run's up to three back-tests are correlated, and an earlier stretch
+of a curve is not its later one; hence the coverage measured in BENCHMARKS.md). Nothing assumes the
+bootstrap's independent points or the sigmoid's shape: a curve that rises past its window's shoulder
+made its back-tests miss too, so q widens with it. Too few back-tests for the level (k > n) give
+q = inf: "cannot tell yet", not a number. A mean error (a bias) is reported, not subtracted
+(BENCHMARKS.md, "Predictions that know when they are wrong").
 """
 
 from __future__ import annotations
@@ -66,12 +70,15 @@ class Backtest:
 
 def window_sensitivity(fit_to: FitTo, fit: FitResult, at: float, shorter: float = SHORTER) -> float:
     """s = |R_w(at) - R_w'(at)| + rmse_w: how far the prediction at `at` moves when the window w is cut to end
-    `shorter` times as far (w'), plus the fit's own noise. A curve that has settled into its sigmoid moves
+    at `shorter` times its last point (w'), plus the fit's own noise. A curve that has settled into its sigmoid moves
     its prediction little; one still changing regime moves it much, and misses further (the scaled score
     keeps a sweep of both honest at once: a plain |error| gave 99% coverage on settled curves and 87% on late
     risers)."""
     cut = fit_to(shorter * fit.window[1])
-    return max(MIN_SCALE, abs(float(fit.predict(at)) - float(cut.predict(at))) + fit.rmse)
+    scale = abs(float(fit.predict(at)) - float(cut.predict(at))) + fit.rmse
+    if not math.isfinite(scale):
+        raise FitInputError(f"the prediction at {at:g} is not finite for this window or its cut one")
+    return max(MIN_SCALE, scale)
 
 
 def backtest_curve(fit_to: FitTo, compute, pass_rate, *, fit_at: float, target: float, earliest: float = EARLIEST,

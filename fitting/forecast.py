@@ -28,18 +28,19 @@ SHORTFALL = 1.5
 REGIME_MEANINGS: dict[str, str] = {
     "window_before_shoulder": "the window ends before the fitted C_mid: less than half the gain is seen; "
                               "train further before predicting (raise budget.fit_at; sweep fit: --fit-until)",
-    "ceiling_still_rising": "the fitted A rose by more than 3.5x the margin between the back-test's window "
-                            "(half as far) and the forward one: the curve has not settled; fit a longer window "
-                            "or predict less far",
-    "backtest_fell_short": "the back-test from half the window fell short of the curve by more than 1.5x the "
-                           "margin: the curve rises faster than a sigmoid there; fit a longer window or start "
-                           "it later (budget.burn_in)",
+    "ceiling_still_rising": "the fitted A rose by more than 3.5x the margin between the nearest back-test's "
+                            "window (1/r as far, r = target / fit_at) and the forward one: the curve has not "
+                            "settled; fit a longer window or predict less far",
+    "backtest_fell_short": "the nearest back-test (its window 1/r as far) fell short of the curve by more than "
+                           "1.5x the margin: the curve rises faster than a sigmoid there; fit a longer window "
+                           "or start it later (budget.burn_in)",
 }
 
 
 @dataclass(frozen=True)
 class Forecast:
-    """The prediction at `target` +- radius (calibration quantile x scale), and the regime reasons (empty: none)."""
+    """The prediction at `target` +- radius, and the regime reasons (empty: none). A run's radius is the
+    calibration's quantile x its scale; a table row's is its seeds' mean radius (reports.forecasts)."""
 
     target: float
     predicted: float

@@ -38,8 +38,10 @@ class SweepForecasts:
     observed: dict[tuple[str, int], float] = field(default_factory=dict)  # each run's observed end (NaN: not yet)
 
     def coverage(self) -> tuple[int, int]:
-        """(runs whose observed end lies inside their interval, runs observed at the target)."""
-        seen = {key: value for key, value in self.observed.items() if math.isfinite(value) and key in self.runs}
+        """(runs whose observed end lies inside their interval, runs observed at the target with a finite
+        interval: a [0, 1] that says nothing is not counted as holding)."""
+        seen = {key: value for key, value in self.observed.items()
+                if math.isfinite(value) and key in self.runs and math.isfinite(self.runs[key].radius)}
         return sum(self.runs[key].covers(value) for key, value in seen.items()), len(seen)
 
     def flagged(self) -> int:
@@ -49,7 +51,8 @@ class SweepForecasts:
         """The back-test's record and, once the runs reached the target, how often the intervals held."""
         calibration = self.run_calibration
         text = (f"predictions: {100 * calibration.level:.0f}% intervals calibrated on the sweep's own back-tests "
-                f"(each run's fit to fit_at / r scored at fit_at; {calibration.describe()}); "
+                f"(each run fitted to C / r and scored at C, its points C in the window's last doubling; "
+                f"{calibration.describe()}); "
                 f"{self.flagged()} of {len(self.runs)} runs flagged not yet predictable")
         covered, observed = self.coverage()
         if observed:
@@ -71,6 +74,8 @@ def forecast_sweep(data: SweepData, variants: dict, fit_curve: FitCurve) -> Swee
     halfwidth = {} if budget.observed_window is None else {"observed_halfwidth": budget.observed_window}
 
     def backtests(curve: pd.DataFrame) -> list:
+        if not budget.target > budget.fit_at:  # a hand-written sweep.json: nothing lies beyond the window
+            return []
         return backtest_curve(_fit_to(fit_curve, curve), curve["compute"].to_numpy(), curve["pass_rate"].to_numpy(),
                               fit_at=budget.fit_at, target=budget.target, **halfwidth)
 
@@ -94,5 +99,7 @@ def forecast_sweep(data: SweepData, variants: dict, fit_curve: FitCurve) -> Swee
         row = forecast_at(_fit_to(fit_curve, v.curve), v.prediction_fit, row_tests[name],
                           forecasts.run_calibration, target=budget.target)
         radii = [forecasts.runs[(name, seed)].radius for seed in v.seeds if (name, seed) in forecasts.runs]
-        forecasts.rows[name] = replace(row, radius=float(np.mean(radii))) if radii else row
+        finite = [radius for radius in radii if math.isfinite(radius)]  # a seed without a scale has no say
+        # The row's scale stays its own curve's; its radius is its seeds' (the module docstring says why).
+        forecasts.rows[name] = replace(row, radius=float(np.mean(finite))) if finite else row
     return forecasts

@@ -78,7 +78,8 @@ def log_fit_results(sweep_dir: str | Path, table: pd.DataFrame, *, run_table: pd
         metrics = [Metric(key, float(value), now, 0) for key, value in values.items() if _finite(value)]
         tags = [RunTag(schema.TAG_VERDICT, verdict_text(variant_row)),
                 RunTag(schema.TAG_FIT_FLAGS, str(own["flags"]) or "none"),
-                RunTag(schema.TAG_REGIME, str(own["regime"]) or "predictable")]
+                RunTag(schema.TAG_REGIME, "not fitted" if own["flags"] == "not fitted"
+                       else str(own["regime"]) or "predictable")]
         client.log_batch(mlflow_run_id, metrics=metrics, tags=tags)
     if missing:
         echo(f"MLflow: no fit results for {len(missing)} job run(s) not in the table: {', '.join(missing)}")

@@ -28,12 +28,20 @@ def other_fits(data: SweepData, variants: dict, fit_curve: Callable, other: Budg
     if other.verdicts_from == "window":
         return ({n: v.prediction_fit for n, v in variants.items()},
                 {n: {s: f for s, f in v.prediction_seed_fits.items() if f is not None} for n, v in variants.items()})
+    from fitting import FitInputError
+
     rows, seeds = {}, {}
     for name, v in variants.items():
-        rows[name] = fit_curve(v.curve, other.verdict_fit_until)
-        evals = data.evals[data.evals["variant"] == name]
-        seeds[name] = {seed: fit_curve(curve.sort_values("step"), other.verdict_fit_until)
-                       for seed, curve in evals.groupby("seed") if v.prediction_seed_fits.get(seed) is not None}
+        try:
+            rows[name] = fit_curve(v.curve, other.verdict_fit_until)
+        except FitInputError:  # the variant sits out the other protocol, as fit_sweep leaves out what fails
+            continue
+        seeds[name] = {}
+        for seed, curve in data.evals[data.evals["variant"] == name].groupby("seed"):
+            try:
+                seeds[name][seed] = fit_curve(curve.sort_values("step"), other.verdict_fit_until)
+            except FitInputError:
+                continue
     return rows, seeds
 
 

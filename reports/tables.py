@@ -365,7 +365,7 @@ def _loo_frame(fits: SweepFits) -> pd.DataFrame:
         v = fits.variants.get(name)
         if v is not None:
             fit, boot, score = v.fit, v.boot, v.score
-            forecast = fits.forecasts.rows[name]
+            forecast = fits.forecasts.rows[name]  # fit_sweep always makes them
             row.update(n_points=fit.n_points, R0=fit.r0, A=fit.a, A_lo=boot.a_ci[0], A_hi=boot.a_ci[1], B=fit.b,
                        C_mid=fit.c_mid, pred_at_target=score.predicted, pred_lo=forecast.interval[0],
                        pred_hi=forecast.interval[1], pred_interval=f"back-test {100 * forecast.level:.0f}%",

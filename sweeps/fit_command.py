@@ -209,7 +209,7 @@ def _fit_curve(run: str, seed: str, rows, args) -> dict:
     return record
 
 
-def _forecast(records: list[dict], args):
+def _calibrate_records(records: list[dict], args):
     """Calibrate over every fitted curve's back-tests; each record gains its calibrated interval and regime."""
     from fitting.backtest import calibrate
     from fitting.forecast import forecast_at
@@ -218,8 +218,9 @@ def _forecast(records: list[dict], args):
     calibration = calibrate([r["backtests"] for r in fitted], margin=args.margin)
     for r in fitted:
         forecast = forecast_at(r["fit_to"], r["fit"], r["backtests"], calibration, target=args.target)
+        said_something = math.isfinite(forecast.radius)  # [0, 1] always holds: not counted as holding
         r.update(calibrated_ci=list(forecast.interval), regime=list(forecast.regime),
-                 covered=None if r["n_observed"] == 0 else forecast.covers(r["observed"]))
+                 covered=None if r["n_observed"] == 0 or not said_something else forecast.covers(r["observed"]))
     observed = [r["covered"] for r in fitted if r["covered"] is not None]
     held = (f"; at the target the intervals held {sum(observed)} of {len(observed)} observed ends "
             f"({100 * sum(observed) / len(observed):.0f}%)" if observed else "")
@@ -391,7 +392,7 @@ def run(args) -> int:
     if all("fit_error" in r for r in records):
         raise UsageError(_unfitted_summary(records))
     spreads = _seed_spreads(records, args.target)
-    forecast = _forecast(records, args)
+    forecast = _calibrate_records(records, args)
     from fitting import window_end_check
 
     shape = window_end_check([r["fit"] for r in records if "fit" in r])

@@ -411,6 +411,13 @@ def test_verdicts_from_the_whole_run_fit_to_the_target_while_predictions_stay_th
     variants = [n for n in table.index if n != "base"]
     assert (table.loc[variants, "MDE_A"] < window_table.loc[variants, "MDE_A"]).all()
     assert "verdicts fit on 0 <= C <= 240" in run.caption() and "predictions fit on C <= 120" in run.caption()
+    # each table says what the other protocol would have called: here the same verdicts both ways
+    assert window.protocol_note == ("verdicts: from the paper's window protocol (fits to fit_at) "
+                                    "(budget.verdicts_from: window); each run's fit to the target (the whole run) "
+                                    "gives the same verdicts")
+    assert run.protocol_note.startswith("verdicts: from each run's fit to the target (the whole run)")
+    assert run.protocol_note.endswith("the paper's window protocol (fits to fit_at) gives the same verdicts")
+    assert run.table.attrs["protocol_note"] == run.protocol_note
     runs = run.run_table.set_index("run_id")
     job = run.data.runs.iloc[0]
     assert runs.loc[job.run_id, "A"] == pytest.approx(run.variants[job.variant].seed_fits[job.seed].a)
@@ -425,3 +432,26 @@ def test_verdicts_from_the_whole_run_fit_to_the_target_while_predictions_stay_th
     assert any(f"A = {base.prediction_fit.a:.3f}" in label for label in labels)
     assert not any(f"A = {base.fit.a:.3f}" in label for label in labels)
     plt.close(figure)
+
+
+def test_too_few_back_tests_give_no_interval_and_no_coverage_claim(tmp_path):
+    """Two one-seed variants: fewer back-tests than a 90% quantile needs, so every interval is [0, 1], said so,
+    and none is counted as holding; a target inside the window (a hand-written sweep.json) back-tests nothing."""
+    import dataclasses
+
+    from reports.forecasts import forecast_sweep
+    from reports.tables import _fit_curve
+
+    fits = fit_sweep(load_sweep(make_sweep(tmp_path, seeds=(0,), variants=("base", "loss=dapo"))), n_boot=20)
+    forecasts = fits.forecasts
+    assert 0 < forecasts.run_calibration.n_tests < 9 and not forecasts.run_calibration.bounded
+    assert all(f.interval == (0.0, 1.0) for f in [*forecasts.runs.values(), *forecasts.rows.values()])
+    assert forecasts.coverage() == (0, 0)
+    assert "too few for a 90% interval (needs 9): add runs or evaluate more often" in forecasts.note()
+    assert "held" not in forecasts.note()
+    table = fits.table.set_index("variant")
+    assert (table["pred_lo"] == 0.0).all() and (table["pred_hi"] == 1.0).all()
+    inside = dataclasses.replace(fits.data.budget, fit_at=fits.data.budget.target)
+    data = dataclasses.replace(fits.data, budget=inside)
+    late = forecast_sweep(data, fits.variants, lambda curve, until: _fit_curve(curve, inside, until)[0])
+    assert late.run_calibration.n_tests == 0 and "no back-tests" in late.note()
