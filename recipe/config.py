@@ -32,7 +32,15 @@ from components.registry import ConfigError, check_value_type, describe_value, s
 from recipe.compute import COMPUTE_AXES
 from recipe.engines.launch import check_sharding_value
 from recipe.engines.support import check_engine
-from recipe.run_config import CONTROL_VARIATES, EVAL_DRAWS, GENERATORS, MODEL_DTYPES, TASK_NAMES, RecipeConfig
+from recipe.run_config import (
+    CONTROL_VARIATES,
+    EVAL_DRAWS,
+    FILE_TASKS,
+    GENERATORS,
+    MODEL_DTYPES,
+    TASK_NAMES,
+    RecipeConfig,
+)
 from recipe.scalerl import SCALERL
 
 AXES = tuple(REGISTRIES)
@@ -50,7 +58,8 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "eval.compute_unit": "flops", "eval.at_compute": (), "eval.schedule_until": 0.0,
                    "eval.late_from": 0.0, "eval.late_samples_per_prompt": 0,
                    "off_policy.timing": "real", "off_policy.trainer_speed": 3.4, "replicate": 0,
-                   "eval.control_variate": "none"}
+                   "eval.control_variate": "none", "task.prompt_key": "prompt", "task.answer_key": "",
+                   "task.part_key": "", "task.system_prompt": ""}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:
@@ -255,13 +264,15 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
             raise ConfigError(f"eval.control_variate: 'reference' takes the reference's probability from the torch "
                               f"model, which rollout.generator {flat['rollout.generator']!r} does not sample with; use "
                               "rollout.generator=torch or eval.control_variate=none")
-    held_out = flat.get("task.name") != "jsonl" or not flat.get("task.validation_path")  # its size is the config's
+    # the validation split is task.validation_size rows unless a validation file gives its own
+    held_out = flat.get("task.name") not in FILE_TASKS or not flat.get("task.validation_path")
     if held_out and flat.get("eval.num_prompts", 0) > flat.get("task.validation_size", math.inf):
         raise ConfigError(f"eval.num_prompts: got {flat['eval.num_prompts']:,}, but the validation set holds "
                           f"{flat['task.validation_size']:,} prompts (task.validation_size); set it to at most "
                           f"{flat['task.validation_size']:,}, or raise task.validation_size")
-    if flat.get("task.name") == "jsonl" and not flat.get("task.train_path"):
-        raise ConfigError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
+    if flat.get("task.name") in FILE_TASKS and not flat.get("task.train_path"):
+        raise ConfigError(f"task.train_path: required when task.name is {flat['task.name']!r} (a JSONL or Parquet file "
+                          "of prompt/answer rows, or a datasets directory)")
     if flat.get("task.name") == "embedded" and "task.max_digits" in flat:
         from recipe.tasks import count_addition_problems
 

@@ -19,6 +19,7 @@ from components.registry import ConfigError
 from recipe.engines.launch import is_config_file
 from recipe.model_files import check_model_files
 from recipe.pretrained import SOURCES, is_pretrained_name, source_file
+from recipe.run_config import FILE_TASKS
 
 # Bytes per parameter while a model trains on the CPU, all fp32: weights, gradients and AdamW's two moments in the
 # trainer (16), and the generator's copy of the weights (4). On a GPU the host holds the fp32 weights while loading.
@@ -127,7 +128,7 @@ def recipe_paths(cfg: Any) -> list[tuple[str, str]]:
     """(key, path) of every file or directory the recipe reads."""
     named = cfg.model.path == "embedded" or is_pretrained_name(cfg.model.path)
     paths = [] if named else [("model.path", cfg.model.path)]
-    if cfg.task.name == "jsonl":
+    if cfg.task.name in FILE_TASKS:
         paths += [(key, value) for key, value in (("task.train_path", cfg.task.train_path),
                                                   ("task.validation_path", cfg.task.validation_path)) if value]
     if is_config_file(cfg.engine.sharding):
@@ -136,8 +137,9 @@ def recipe_paths(cfg: Any) -> list[tuple[str, str]]:
 
 
 def check_files(cfg: Any) -> None:
-    """model.path is a loadable Hugging Face model directory (recipe.model_files); task files are JSONL files of
-    prompt/answer rows with room for the validation split and the evaluation's prompts."""
+    """model.path is a loadable Hugging Face model directory (recipe.model_files); task files are JSONL / Parquet
+    files or datasets directories of prompt/answer rows (recipe.task_files) with room for the validation split
+    and the evaluation's prompts."""
     rows = {}
     for key, value in recipe_paths(cfg):
         path = Path(value)
@@ -146,11 +148,13 @@ def check_files(cfg: Any) -> None:
         elif key == "model.path":
             check_model_files(value)
         else:
-            if not path.is_file():
-                raise ConfigError(f"{key}: got {value!r}, no such file; give a JSONL file of "
-                                  '{"prompt": ..., "answer": ...} rows')
+            if not path.exists():
+                raise ConfigError(f"{key}: got {value!r}, no such file or directory; give a JSONL or Parquet file of "
+                                  "prompt/answer rows, or a datasets directory (save_to_disk)")
             stat = path.stat()
-            rows[key] = check_jsonl(str(path.resolve()), stat.st_mtime_ns, stat.st_size, key)
+            task = cfg.task
+            rows[key] = check_task_file(str(path.resolve()), stat.st_mtime_ns, stat.st_size, key,
+                                        (task.prompt_key, task.answer_key, task.part_key))
     if "task.train_path" in rows:
         check_split_sizes(cfg, rows["task.train_path"], rows.get("task.validation_path"))
 
@@ -202,18 +206,19 @@ def check_sharding_machine(cfg: Any) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def check_jsonl(path: str, mtime_ns: int, size: int, key: str) -> int:
-    """Every non-empty line is a JSON object with a text `prompt` and a text or numeric `answer`, the rules the
-    task's loader applies (recipe.tasks.read_jsonl); returns the rows (cached per file version: a plan checks
-    each job's recipe, and they share their files). Nothing of the file is echoed."""
-    from recipe.tasks import JsonlError, read_jsonl
+def check_task_file(path: str, mtime_ns: int, size: int, key: str, fields: tuple[str, str, str]) -> int:
+    """Every row has a prompt (text or chat messages) and a text or numeric answer under the task's keys, the
+    rules the task's loader applies (recipe.task_files.read_task_file); returns the rows (cached per file
+    version and keys: a plan checks each job's recipe, and they share their files). Nothing of the file is
+    echoed. (A directory's mtime and size do not follow its files: a datasets directory is read once a plan.)"""
+    from recipe.task_files import TaskFileError, TaskKeys, read_task_file
 
     try:
-        rows = read_jsonl(path)
-    except JsonlError as error:
+        rows = read_task_file(path, TaskKeys(*fields))
+    except TaskFileError as error:
         raise ConfigError(f"{key}: {error}") from None
     if not rows:
-        raise ConfigError(f"{key}: {path} holds no rows; give a JSONL file of prompt/answer rows")
+        raise ConfigError(f"{key}: {path} holds no rows; give a task file of prompt/answer rows")
     return len(rows)
 
 

@@ -12,7 +12,8 @@ from typing import Any, Dict, Optional, Tuple
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
 SHARDINGS = ("none", "fsdp", "zero3")  # EngineConfig.sharding's names (launch.SHARDING_FLAGS), or a file path
-TASK_NAMES = ("embedded", "jsonl", "word_problems")  # TaskConfig.name's values (recipe.tasks.build_task)
+TASK_NAMES = ("embedded", "file", "jsonl", "word_problems")
+FILE_TASKS = ("file", "jsonl")  # the task names that read task.train_path (recipe.task_files)
 GENERATORS = ("torch", "vllm")  # RolloutConfig.generator's values (recipe.run.build_generator)
 
 
@@ -58,12 +59,20 @@ class WarmStartConfig:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    # "embedded" is the synthetic carry-addition task with a thinking trace; "jsonl" reads
-    # `prompt`/`answer` rows (Polaris-style math) checked with math-verify.
+    # "embedded" is the synthetic carry-addition task with a thinking trace; "file" (or its older name "jsonl")
+    # reads prompt/answer rows (Polaris-style math) from JSONL, Parquet or a datasets directory
+    # (recipe.task_files), checked with math-verify.
     name: str = "embedded"
     train_path: Optional[str] = None
     # None: hold out validation_size rows of train_path.
     validation_path: Optional[str] = None
+    # The fields of a task file's rows (dotted paths read nested fields): the prompt (text or chat messages),
+    # the answer ("": the first of answer, reward_model.ground_truth, solution: verl's and TRL's layouts), and
+    # the part or source a row belongs to ("": none). system_prompt: a system turn before every prompt.
+    prompt_key: str = "prompt"
+    answer_key: str = ""
+    part_key: str = ""
+    system_prompt: str = ""
     # Embedded pool: a 250-step run draws 8,000 prompts, so prompts recur and No-Positive-Resampling
     # matters; it retires nearly the whole pool after ~500 steps (then the curriculum raises).
     train_size: int = 6144

@@ -21,11 +21,11 @@ always disagree and the warm-started model must find the right one by RL (see wa
 from __future__ import annotations
 
 import functools
-import json
 import random
 import re
 from dataclasses import dataclass
-from pathlib import Path
+
+from recipe.run_config import FILE_TASKS, TASK_NAMES
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -165,7 +165,7 @@ def build_addition_task(train_size: int, validation_size: int, min_digits: int, 
 
 
 # ---------------------------------------------------------------------------------------------------
-# Real math data: JSONL rows with `prompt` and `answer`, checked by math-verify
+# Real math data: prompt/answer rows of a task file (recipe.task_files), checked by math-verify
 
 
 @dataclass
@@ -182,71 +182,23 @@ class MathTask(Task):
             return False
 
 
-class JsonlError(ValueError):
-    """A task file that is not JSONL of prompt/answer rows; names the file and line, never its content."""
+def build_math_task(cfg, tokenizer) -> MathTask:
+    """cfg: run_config.TaskConfig of a file task. Train pool from task.train_path; validation from
+    task.validation_path or a held-out slice of the train rows (recipe.task_files reads any of its formats)."""
+    from recipe.task_files import TaskKeys, read_task_file, render_prompt
 
-
-def read_jsonl(path: str) -> list[dict]:
-    try:
-        text = Path(path).read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise JsonlError(f"{path}: not a UTF-8 text file; expected JSONL rows of prompt/answer") from None
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            raise JsonlError(f"{path} line {number}: not JSON; expected one JSON object per line, "
-                             'e.g. {"prompt": "1+1=?", "answer": "2"}') from None
-        if not isinstance(row, dict) or "prompt" not in row or "answer" not in row:
-            raise JsonlError(f"{path} line {number}: a row needs 'prompt' and 'answer' fields")
-        check_row_types(row, f"{path} line {number}")
-        rows.append(row)
-    return rows
-
-
-def check_row_types(row: dict, where: str) -> None:
-    """A row's prompt is non-empty text and its answer text or a number: what the task renders and checks.
-    Describes a wrong value by its type, never by its content."""
-    prompt, answer = row["prompt"], row["answer"]
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise JsonlError(f"{where}: 'prompt' is {json_kind(prompt)}; expected the problem as non-empty text")
-    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)) or answer == "":
-        raise JsonlError(f"{where}: 'answer' is {json_kind(answer)}; expected the reference answer as text or a "
-                         "number")
-
-
-def json_kind(value) -> str:
-    """What a parsed JSON value is, never what it says: "an object", "an array", "null", "empty text", ..."""
-    if isinstance(value, str):
-        return "empty text" if not value.strip() else "text"
-    return {dict: "an object", list: "an array", type(None): "null", bool: "a boolean", int: "a number",
-            float: "a number"}.get(type(value), "a value of another kind")
-
-
-def format_math_prompt(question: str, tokenizer) -> str:
-    """The chat template's user turn + generation prompt when the tokenizer has one, else the raw text."""
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                             add_generation_prompt=True)
-    return question
-
-
-def build_math_task(train_path: str, validation_path: str | None, validation_size: int, data_seed: int,
-                    tokenizer) -> MathTask:
-    """Train pool from train_path; validation from validation_path or a held-out slice of train_path."""
-    train_rows = read_jsonl(train_path)
-    if validation_path:
-        validation_rows = read_jsonl(validation_path)
+    keys = TaskKeys(prompt=cfg.prompt_key, answer=cfg.answer_key, part=cfg.part_key)
+    train_rows = read_task_file(cfg.train_path, keys)
+    if cfg.validation_path:
+        validation_rows = read_task_file(cfg.validation_path, keys)
     else:
-        random.Random(data_seed).shuffle(train_rows)
-        validation_rows, train_rows = train_rows[:validation_size], train_rows[validation_size:]
-    def convert(rows: list[dict]) -> list[Problem]:
-        return [Problem(format_math_prompt(str(r["prompt"]), tokenizer), str(r["answer"])) for r in rows]
+        random.Random(cfg.data_seed).shuffle(train_rows)
+        validation_rows, train_rows = train_rows[:cfg.validation_size], train_rows[cfg.validation_size:]
 
-    return MathTask("jsonl", train=convert(train_rows), validation=convert(validation_rows))
+    def convert(rows) -> list[Problem]:
+        return [Problem(render_prompt(r.prompt, tokenizer, cfg.system_prompt), r.answer) for r in rows]
+
+    return MathTask(cfg.name, train=convert(train_rows), validation=convert(validation_rows))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -345,11 +297,12 @@ def build_task(cfg, tokenizer) -> Task:
     if cfg.name == "embedded":
         return build_addition_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
                                    cfg.data_seed)
-    if cfg.name == "jsonl":
+    if cfg.name in FILE_TASKS:
         if not cfg.train_path:
-            raise ValueError("task.train_path: required when task.name is 'jsonl' (a JSONL file of prompt/answer rows)")
-        return build_math_task(cfg.train_path, cfg.validation_path, cfg.validation_size, cfg.data_seed, tokenizer)
+            raise ValueError(f"task.train_path: required when task.name is {cfg.name!r} (a task file of prompt/answer "
+                             "rows)")
+        return build_math_task(cfg, tokenizer)
     if cfg.name == "word_problems":
         return build_word_problem_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
                                        cfg.data_seed, tokenizer)
-    raise ValueError(f"task.name: got {cfg.name!r}, expected 'embedded', 'jsonl' or 'word_problems'")
+    raise ValueError(f"task.name: got {cfg.name!r}, expected one of {', '.join(TASK_NAMES)}")

@@ -122,3 +122,20 @@ def test_two_rl_steps_on_the_pretrained_model_through_trl(smollm2_cache, tmp_pat
         assert record["rollout/interrupted_frac"] > 0  # 4-6 thinking tokens: the phrase was forced in
         assert math.isfinite(record["train/loss"]) and math.isfinite(record["eval/pass_rate"])
     assert records[-1]["compute/samples"] == 8 and records[-1]["compute/device_seconds"] > 0
+
+
+def test_task_file_prompts_render_with_the_models_chat_template(smollm2_cache):
+    """A text prompt, chat messages (verl / TRL) and task.system_prompt, through SmolLM2's own template."""
+    from transformers import AutoTokenizer
+
+    from recipe.pretrained import pretrained_dir
+    from recipe.task_files import render_prompt
+
+    tokenizer = AutoTokenizer.from_pretrained(pretrained_dir(NAME, smollm2_cache))
+    chat = ({"role": "system", "content": "Think, then answer."}, {"role": "user", "content": "What is 2 + 3?"})
+    rendered = render_prompt(chat, tokenizer)
+    assert rendered.startswith("<|im_start|>system\nThink, then answer.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?")
+    assert rendered.endswith("<|im_start|>assistant\n")
+    with_system = render_prompt("What is 2 + 3?", tokenizer, system_prompt="Be brief.")
+    assert with_system.startswith("<|im_start|>system\nBe brief.<|im_end|>") and "What is 2 + 3?" in with_system
+    assert render_prompt(chat[1]["content"], tokenizer).count("<|im_start|>user\nWhat is 2 + 3?") == 1

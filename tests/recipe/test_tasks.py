@@ -12,7 +12,6 @@ from recipe.tasks import (
     build_math_task,
     final_answer,
     has_carry_in,
-    read_jsonl,
     sample_operands,
     solution,
 )
@@ -65,7 +64,10 @@ def test_jsonl_math_task_checks_with_math_verify(tmp_path):
     rows = [{"prompt": f"What is {i} squared?", "answer": str(i * i)} for i in range(10)]
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    task = build_math_task(str(path), None, validation_size=3, data_seed=0, tokenizer=object())
+    from recipe.run_config import TaskConfig
+
+    cfg = TaskConfig(name="jsonl", train_path=str(path), validation_size=3, data_seed=0)
+    task = build_math_task(cfg, tokenizer=object())
     assert len(task.train) == 7 and len(task.validation) == 3
     assert task.check("<think>9 times 9</think> The answer is $\\boxed{81}$.", "81")
     assert task.check("</think>\\frac{1}{2}", "0.5")
@@ -73,13 +75,15 @@ def test_jsonl_math_task_checks_with_math_verify(tmp_path):
 
 
 def test_jsonl_rows_need_prompt_and_answer(tmp_path):
+    from recipe.task_files import read_task_file
+
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps({"question": "1+1", "answer": "2"}) + "\n")
-    with pytest.raises(ValueError, match="bad.jsonl line 1: a row needs 'prompt' and 'answer' fields$"):
-        read_jsonl(str(path))  # the row's own keys are not echoed (the file may hold anything)
+    with pytest.raises(ValueError, match="bad.jsonl line 1: no 'prompt' field; set task.prompt_key"):
+        read_task_file(path)  # the row's own keys are not echoed (the file may hold anything)
     path.write_text('{"prompt": "1+1", "answer": "2"}\n{"prompt": \n')
     with pytest.raises(ValueError, match="bad.jsonl line 2: not JSON"):
-        read_jsonl(str(path))
+        read_task_file(path)
 
 
 def test_the_pool_size_is_counted_exactly():
