@@ -139,3 +139,51 @@ def test_task_file_prompts_render_with_the_models_chat_template(smollm2_cache):
     with_system = render_prompt("What is 2 + 3?", tokenizer, system_prompt="Be brief.")
     assert with_system.startswith("<|im_start|>system\nBe brief.<|im_end|>") and "What is 2 + 3?" in with_system
     assert render_prompt(chat[1]["content"], tokenizer).count("<|im_start|>user\nWhat is 2 + 3?") == 1
+
+
+def write_task_file(layout: str, directory):
+    """Eight sums in verl's Parquet layout (chat prompt, reward_model.ground_truth, data_source) or in TRL's
+    conversational datasets layout (chat prompt, solution), as those frameworks write them."""
+    problems = [(f"Maya has {a} stickers and gets {a + 1} more. How many stickers does Maya have now?", str(2 * a + 1))
+                for a in range(1, 9)]
+    if layout == "verl":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        system = {"role": "system", "content": "Give the final answer as a number."}
+        rows = [{"data_source": "sums", "prompt": [system, {"role": "user", "content": q}], "ability": "math",
+                 "reward_model": {"style": "rule", "ground_truth": a}, "extra_info": {"index": i}}
+                for i, (q, a) in enumerate(problems)]
+        pq.write_table(pa.Table.from_pylist(rows), directory / "train.parquet")
+        return directory / "train.parquet"
+    import datasets
+
+    datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": q}], "solution": a}
+                                for q, a in problems]).save_to_disk(str(directory / "trl"))
+    return directory / "trl"
+
+
+@pytest.mark.parametrize("engine, layout", [("native", "verl"), ("trl", "trl")])
+def test_a_task_file_as_a_framework_wrote_it_trains_through_sweep_train(smollm2_cache, tmp_path, monkeypatch,
+                                                                        engine, layout):
+    """`sweep train` on SmolLM2 with verl's Parquet (native engine) and TRL's datasets directory (trl engine)."""
+    import json
+
+    from sweeps.cli import main
+
+    monkeypatch.setenv("SCALERL_CACHE", str(smollm2_cache))
+    path = write_task_file(layout, tmp_path)
+    run_dir = tmp_path / "run"
+    overrides = [
+        f"model.path={NAME}", "task.name=file", f"task.train_path={path}", "task.validation_size=2",
+        "rollout.prompts_per_batch=2", "rollout.samples_per_prompt=2", "rollout.max_new_tokens=12",
+        "length_control.min_thinking=4", "length_control.max_thinking=6", "length_control.answer_budget=4",
+        "off_policy=ppo_off_policy", "off_policy.k=1", "eval.num_prompts=2", "eval.samples_per_prompt=1",
+        "eval.every_steps=1", "eval.points_per_doubling=0", "optimizer.lr=1e-6", "tracking.mlflow=false",
+        "max_steps=1", f"engine.name={engine}"]
+    if engine == "trl":
+        overrides += ["aggregation=prompt_mean", "curriculum=uniform"]
+    assert main(["train", "--run-dir", str(run_dir), *overrides]) == 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1]
+    assert math.isfinite(records[-1]["eval/pass_rate"]) and records[-1]["compute/samples"] == 4
