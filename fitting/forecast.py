@@ -14,6 +14,7 @@ when they are wrong"). A curve that falls (a collapse) is the stability diagnost
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ class Forecast:
 
     target: float
     predicted: float
-    scale: float  # inf when the fit's cut window could not be fitted: no interval
+    scale: float  # inf when the fit's cut window could not be fitted: no interval; nan for a row (seeds' radius)
     radius: float
     level: float
     regime: tuple[str, ...]
@@ -56,6 +57,13 @@ class Forecast:
 
     def covers(self, observed: float) -> bool:
         return self.interval[0] <= observed <= self.interval[1]
+
+    def held(self, observed: float) -> bool | None:
+        """Whether the interval held an observed end; None when there is none yet, or the interval is [0, 1] for
+        want of a radius (it always holds, and says nothing)."""
+        if not (math.isfinite(observed) and math.isfinite(self.radius)):
+            return None
+        return self.covers(observed)
 
 
 def regime_reasons(fit: FitResult, backtests: Sequence[Backtest], margin: float) -> tuple[str, ...]:

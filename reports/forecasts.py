@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -40,9 +40,9 @@ class SweepForecasts:
     def coverage(self) -> tuple[int, int]:
         """(runs whose observed end lies inside their interval, runs observed at the target with a finite
         interval: a [0, 1] that says nothing is not counted as holding)."""
-        seen = {key: value for key, value in self.observed.items()
-                if math.isfinite(value) and key in self.runs and math.isfinite(self.runs[key].radius)}
-        return sum(self.runs[key].covers(value) for key, value in seen.items()), len(seen)
+        held = [self.runs[key].held(value) for key, value in self.observed.items() if key in self.runs]
+        held = [h for h in held if h is not None]
+        return sum(held), len(held)
 
     def flagged(self) -> int:
         return sum(bool(f.regime) for f in self.runs.values())
@@ -68,7 +68,7 @@ def _fit_to(fit_curve: FitCurve, curve: pd.DataFrame):
 def forecast_sweep(data: SweepData, variants: dict, fit_curve: FitCurve) -> SweepForecasts:
     """Back-test every run and every row, calibrate each kind over the sweep, forecast each at the target."""
     from fitting.backtest import backtest_curve, calibrate
-    from fitting.forecast import forecast_at
+    from fitting.forecast import Forecast, forecast_at, regime_reasons
 
     budget = data.budget
     halfwidth = {} if budget.observed_window is None else {"observed_halfwidth": budget.observed_window}
@@ -96,10 +96,15 @@ def forecast_sweep(data: SweepData, variants: dict, fit_curve: FitCurve) -> Swee
                                                    target=budget.target)
         forecasts.observed[(name, seed)] = v.seed_scores[seed].observed
     for name, v in variants.items():
-        row = forecast_at(_fit_to(fit_curve, v.curve), v.prediction_fit, row_tests[name],
-                          forecasts.run_calibration, target=budget.target)
         radii = [forecasts.runs[(name, seed)].radius for seed in v.seeds if (name, seed) in forecasts.runs]
         finite = [radius for radius in radii if math.isfinite(radius)]  # a seed without a scale has no say
-        # The row's scale stays its own curve's; its radius is its seeds' (the module docstring says why).
-        forecasts.rows[name] = replace(row, radius=float(np.mean(finite))) if finite else row
+        if finite:  # the row's radius is its seeds' (the module docstring says why): no scale of its own
+            calibration = forecasts.run_calibration
+            forecasts.rows[name] = Forecast(
+                target=float(budget.target), predicted=float(v.prediction_fit.predict(budget.target)),
+                scale=math.nan, radius=float(np.mean(finite)), level=calibration.level,
+                regime=regime_reasons(v.prediction_fit, row_tests[name], calibration.margin))
+        else:
+            forecasts.rows[name] = forecast_at(_fit_to(fit_curve, v.curve), v.prediction_fit, row_tests[name],
+                                               forecasts.run_calibration, target=budget.target)
     return forecasts

@@ -218,9 +218,8 @@ def _calibrate_records(records: list[dict], args):
     calibration = calibrate([r["backtests"] for r in fitted], margin=args.margin)
     for r in fitted:
         forecast = forecast_at(r["fit_to"], r["fit"], r["backtests"], calibration, target=args.target)
-        said_something = math.isfinite(forecast.radius)  # [0, 1] always holds: not counted as holding
         r.update(calibrated_ci=list(forecast.interval), regime=list(forecast.regime),
-                 covered=None if r["n_observed"] == 0 or not said_something else forecast.covers(r["observed"]))
+                 covered=forecast.held(r["observed"]))
     observed = [r["covered"] for r in fitted if r["covered"] is not None]
     held = (f"; at the target the intervals held {sum(observed)} of {len(observed)} observed ends "
             f"({100 * sum(observed) / len(observed):.0f}%)" if observed else "")
