@@ -42,6 +42,7 @@ from recipe.run_config import (
     RecipeConfig,
 )
 from recipe.scalerl import SCALERL
+from recipe.task_parts import check_task_parts
 
 AXES = tuple(REGISTRIES)
 # Field paths that do not change what a run computes (where it logs, where caches live, whether
@@ -264,6 +265,8 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
             raise ConfigError(f"eval.control_variate: 'reference' takes the reference's probability from the torch "
                               f"model, which rollout.generator {flat['rollout.generator']!r} does not sample with; use "
                               "rollout.generator=torch or eval.control_variate=none")
+    if any(key.startswith("task.parts.") for key in flat):
+        return  # a mixture: its parts are the tasks, checked by recipe.task_parts
     # the validation split is task.validation_size rows unless a validation file gives its own
     held_out = flat.get("task.name") not in FILE_TASKS or not flat.get("task.validation_path")
     if held_out and flat.get("eval.num_prompts", 0) > flat.get("task.validation_size", math.inf):
@@ -535,6 +538,7 @@ def compose_recipe(source: str | Path | None, layers: Sequence[tuple[str, Mappin
     last = layers[-1][0] if layers else (str(source) if source is not None else "")
     try:
         check_model_and_task(flatten_config(data))
+        check_task_parts(data["task"])
         check_engine(data)
     except ConfigError as error:
         raise ConfigError(f"{last}: {error}" if last else str(error)) from None

@@ -238,10 +238,12 @@ def reference_control_variate(generator, problems, keys: list[tuple[tuple, tuple
             "eval/reference_probability": float(reference.mean())}
 
 
-def score(task, tokenizer, rollout: Rollout, answers: list[str]) -> torch.Tensor:
-    """(B,) bool: the checker accepts the answer and the sample was not cut by a length limit."""
+def score(task, tokenizer, rollout: Rollout, answers: list[str], parts: list[str | None] | None = None) -> torch.Tensor:
+    """(B,) bool: the checker (of each row's part, in a mixture) accepts the answer and the sample was not cut by a
+    length limit."""
     texts = decode_responses(tokenizer, rollout)
-    correct = torch.tensor([task.check(text, answer) for text, answer in zip(texts, answers)])
+    parts = parts or [None] * len(texts)
+    correct = torch.tensor([task.check_part(text, answer, part) for text, answer, part in zip(texts, answers, parts)])
     return correct & ~rollout.truncated.cpu()
 
 
@@ -253,22 +255,53 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
     or recipe.vllm_generator.VllmGenerator), so the curve is measured with what samples the training data.
     compute: the run's compute now (eval.compute_unit), which sizes the evaluation (samples_per_prompt).
 
-    The num_prompts x samples_per_prompt sampled answers and the num_prompts greedy ones are
-    generated together, eval_cfg.batch_size rows per generate call (the per-token work of a decode
-    step is shared by the whole batch, so fewer, larger calls cost less on a small model).
+    A mixture (recipe.mixture) scores each of its sets on the same streams in turn (evaluate_sets): the set's
+    metrics under `<key>/<set>`, and the whole as the parts' weighted mean (weighted_whole).
     """
     started = time.perf_counter()
-    problems = task.validation[: eval_cfg.num_prompts]
-    tokenizer, device = generator.tokenizer, generator.device
-    torch_rng, numpy_rng = evaluation_streams(seed, eval_cfg.draws, step, device)
-    k = samples_per_prompt(eval_cfg, compute)
-    prompts = [p.prompt for p in problems for _ in range(k)]
-    answers = [p.answer for p in problems for _ in range(k)]
-    sampled = len(prompts)
-    if eval_cfg.greedy:  # greedy pass@1 rides in the same batches: fewer, larger generate calls
-        prompts += [p.prompt for p in problems]
-        answers += [p.answer for p in problems]
-    greedy_rows = torch.arange(len(prompts)) >= sampled
+    streams = evaluation_streams(seed, eval_cfg.draws, step, generator.device)
+    settings = dict(precision=precision, length_control=length_control, eval_cfg=eval_cfg,
+                    max_new_tokens=max_new_tokens, temperature=temperature, policy_version=policy_version,
+                    k=samples_per_prompt(eval_cfg, compute), streams=streams)
+    sets = getattr(task, "evaluation_sets", None)
+    if sets is None:
+        metrics = evaluate_problems(generator, task, task.validation[: eval_cfg.num_prompts], **settings)
+    else:
+        per_set = {s.name: evaluate_problems(generator, task, s.problems[: eval_cfg.num_prompts], **settings)
+                   for s in sets}
+        metrics = weighted_whole(per_set, {s.name: s.weight for s in sets if s.weight is not None})
+        metrics.update({f"{key}/{name}": value for name, values in per_set.items() for key, value in values.items()})
+    metrics["eval/seconds"] = time.perf_counter() - started
+    return metrics
+
+
+def weighted_whole(per_set: dict[str, dict[str, float]], weights: dict[str, float]) -> dict[str, float]:
+    """The mixture's whole from its parts' metrics: sum_i w_i m_i / W for every metric, and for a standard error
+    sqrt(sum_i (w_i / W)^2 se_i^2) (the parts' samples are independent). Downstream sets are not in `weights`."""
+    total = sum(weights.values())
+    whole = {}
+    for key in per_set[next(iter(weights))]:
+        if key.endswith("_se"):
+            whole[key] = math.sqrt(sum((w / total * per_set[n][key]) ** 2 for n, w in weights.items()))
+        else:
+            whole[key] = sum(w / total * per_set[n][key] for n, w in weights.items())
+    return whole
+
+
+def evaluate_problems(generator, task, problems, *, precision, length_control, eval_cfg, max_new_tokens: int,
+                      temperature: float, policy_version: int, k: int, streams) -> dict[str, float]:
+    """evaluate's metrics on `problems`, drawing from `streams` (torch, numpy) as they stand.
+
+    The num_prompts x k sampled answers and the num_prompts greedy ones are generated together,
+    eval_cfg.batch_size rows per generate call (the per-token work of a decode step is shared by the
+    whole batch, so fewer, larger calls cost less on a small model).
+    """
+    tokenizer = generator.tokenizer
+    torch_rng, numpy_rng = streams
+    rows_of = [p for p in problems for _ in range(k)] + (list(problems) if eval_cfg.greedy else [])
+    prompts, answers, parts = [p.prompt for p in rows_of], [p.answer for p in rows_of], [p.part for p in rows_of]
+    sampled = len(problems) * k
+    greedy_rows = torch.arange(len(prompts)) >= sampled  # greedy pass@1 rides in the same batches
     size = eval_cfg.batch_size
     corrects, lengths, truncated, interrupted, keys = [], [], [], [], []
     control_variate = eval_cfg.control_variate == "reference"
@@ -278,7 +311,7 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
                                      max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy_rows[rows],
                                      torch_rng=torch_rng, numpy_rng=numpy_rng, policy_version=policy_version,
                                      decode_token_budget=eval_cfg.decode_token_budget)
-        corrects.append(score(task, tokenizer, rollout, answers[rows]))
+        corrects.append(score(task, tokenizer, rollout, answers[rows], parts[rows]))
         lengths.append(rollout.lengths.cpu().float())
         truncated.append(rollout.truncated.cpu().float())
         interrupted.append(rollout.interrupted.cpu().float())
@@ -304,5 +337,4 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
             generator, problems, keys[:sampled], correct[:sampled], k, precision=precision,
             length_control=length_control, max_new_tokens=max_new_tokens, temperature=temperature,
             batch_size=size))
-    metrics["eval/seconds"] = time.perf_counter() - started
     return metrics

@@ -128,12 +128,26 @@ def recipe_paths(cfg: Any) -> list[tuple[str, str]]:
     """(key, path) of every file or directory the recipe reads."""
     named = cfg.model.path == "embedded" or is_pretrained_name(cfg.model.path)
     paths = [] if named else [("model.path", cfg.model.path)]
-    if cfg.task.name in FILE_TASKS:
+    if cfg.task.name in FILE_TASKS and not cfg.task.parts:  # a mixture's parts name their own files
         paths += [(key, value) for key, value in (("task.train_path", cfg.task.train_path),
                                                   ("task.validation_path", cfg.task.validation_path)) if value]
+    paths += mixture_paths(cfg)
     if is_config_file(cfg.engine.sharding):
         paths.append(("engine.sharding", cfg.engine.sharding))
     return paths
+
+
+def mixture_paths(cfg: Any) -> list[tuple[str, str]]:
+    """(key, path) of every file a mixture's parts and downstream sets read (check_mixture_task checks them)."""
+    from recipe.task_parts import mixture_parts
+
+    found = []
+    for section, parts in zip(("task.parts", "task.downstream"), mixture_parts(cfg.task)):
+        for part in parts:
+            if part.task.name in FILE_TASKS:
+                found += [(f"{section}.{part.name}.{name}", getattr(part.task, name))
+                          for name in ("train_path", "validation_path") if getattr(part.task, name)]
+    return found
 
 
 def check_files(cfg: Any) -> None:
@@ -147,6 +161,8 @@ def check_files(cfg: Any) -> None:
             check_accelerate_config(value)
         elif key == "model.path":
             check_model_files(value)
+        elif key.startswith(("task.parts.", "task.downstream.")):
+            continue  # with the part's own keys: check_mixture_task
         else:
             if not path.exists():
                 raise ConfigError(f"{key}: got {value!r}, no such file or directory; give a JSONL or Parquet file of "
@@ -157,6 +173,29 @@ def check_files(cfg: Any) -> None:
                                         (task.prompt_key, task.answer_key, task.part_key))
     if "task.train_path" in rows:
         check_split_sizes(cfg, rows["task.train_path"], rows.get("task.validation_path"))
+
+
+def check_mixture_task(cfg: Any) -> None:
+    """A mixture's parts: their files (as check_files checks the task's), then recipe.mixture.check_mixture."""
+    if not cfg.task.parts:
+        return
+    from recipe.mixture import check_mixture
+    from recipe.task_parts import mixture_parts
+    from recipe.task_files import TaskFileError
+
+    tasks = {f"{section}.{part.name}": part.task
+             for section, parts in zip(("task.parts", "task.downstream"), mixture_parts(cfg.task)) for part in parts}
+    for key, value in mixture_paths(cfg):
+        if not Path(value).exists():
+            raise ConfigError(f"{key}: got {value!r}, no such file or directory; give a JSONL or Parquet file of "
+                              "prompt/answer rows, or a datasets directory")
+        task, stat = tasks[key.rsplit(".", 1)[0]], Path(value).stat()
+        check_task_file(str(Path(value).resolve()), stat.st_mtime_ns, stat.st_size, key,
+                        (task.prompt_key, task.answer_key, task.part_key))
+    try:
+        check_mixture(cfg)
+    except TaskFileError as error:
+        raise ConfigError(f"task.parts: {error}") from None
 
 
 def check_split_sizes(cfg: Any, train_rows: int, validation_rows: int | None) -> None:
@@ -292,6 +331,7 @@ def check_can_run(cfg: Any, available: int | None = None, where: str = "this mac
     on_gpu = cuda_devices_present()
     check_memory(cfg, available, where, on_gpu)
     check_files(cfg)
+    check_mixture_task(cfg)
     check_pretrained_source(cfg)
     check_sharding_machine(cfg)
     check_vllm_machine(cfg)

@@ -35,7 +35,7 @@ from recipe.evaluation import evaluate, score
 from recipe.generator import Rollout, TorchGenerator
 from recipe.ledger import RunLedger
 from recipe.model import load_model_dir
-from recipe.tasks import build_task
+from recipe.mixture import build_run_task, part_pass_rates, reset_curriculum
 from recipe.tracking import write_phase, write_text_atomic
 from recipe.trainer import TrainBatch, build_optimizer, train_step
 from recipe.pretrained import is_pretrained_name, pretrained_dir
@@ -137,7 +137,8 @@ def sample_groups(generator, task, c: Components, cfg: RecipeConfig, prompt_ids:
                                  temperature=cfg.rollout.temperature, torch_rng=rngs["torch"],
                                  numpy_rng=rngs["numpy"], policy_version=policy_version,
                                  on_decode_step=on_decode_step, decode_token_budget=cfg.rollout.decode_token_budget)
-    correct = score(task, generator.tokenizer, rollout, [p.answer for p in problems for _ in range(G)]).cpu()
+    correct = score(task, generator.tokenizer, rollout, [p.answer for p in problems for _ in range(G)],
+                    [p.part for p in problems for _ in range(G)]).cpu()
     rewards = c.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), rollout.lengths.cpu(), correct)
     return Samples(list(prompt_ids), rollout, correct, rewards, *since(started))
 
@@ -170,8 +171,9 @@ def sample_round(generator, task, c: Components, cfg: RecipeConfig, orders: list
     return round_
 
 
-def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:
-    """Filter groups, normalize advantages, feed the pass rates to the curriculum; the rollout metrics."""
+def assemble_minibatch(samples: Samples, c: Components, task=None) -> Minibatch:
+    """Filter groups, normalize advantages, feed the pass rates to the curriculum; the rollout metrics (with a
+    mixture's `task`, each part's pass rate too)."""
     rollout, correct, rewards = samples.rollout, samples.correct, samples.rewards
     P = len(samples.prompt_ids)
     G = len(correct) // P
@@ -188,6 +190,8 @@ def assemble_minibatch(samples: Samples, c: Components) -> Minibatch:
                            group_ids[rows].to(device), version=-1)  # the trainer sets the version when it trains on it
     real_prompt = rollout.attention_mask[:, : rollout.prompt_width].sum(dim=1).cpu()
     metrics = rollout_metrics(correct, rewards, lengths, rollout.truncated.cpu(), rollout.interrupted.cpu(), keep, G)
+    if task is not None:
+        metrics.update(part_pass_rates(correct, [task.train[i].part for i in samples.prompt_ids], G))
     return Minibatch(batch, metrics, samples.seconds, real_prompt.tolist(), lengths.tolist(),
                      cpu_seconds=samples.cpu_seconds)
 
@@ -400,10 +404,10 @@ class Run:
         self.model, self.tokenizer = load_model_dir(self.model_dir, cfg.model.dtype, device)
         self.model.eval()
         self._generator = None
-        self.task = build_task(cfg.task, self.tokenizer)
+        self.task = build_run_task(cfg.task, self.tokenizer)
         self.c = build_components(cfg)
         self.optimizer, self.schedule = build_optimizer(self.model, cfg.optimizer)
-        self.c.curriculum.reset(len(self.task.train), cfg.seed)
+        reset_curriculum(self.c, self.task, cfg.seed)
         self.shape = ModelShape.of(self.model)
         torch.manual_seed(cfg.seed)
         self.rngs = rollout_rngs(cfg, device)

@@ -82,6 +82,10 @@ class TaskConfig:
     max_digits: int = 4
     # Fixes which problems form the pool and the validation split, independent of the run seed.
     data_seed: int = 1234
+    # A mixture (recipe/task_parts.py): named parts, each the keys of this section it changes plus weight (its
+    # share of every batch) and reward; downstream: named sets evaluated at every point and never trained on.
+    parts: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    downstream: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ class Problem:
     # task's column trace): the response the evaluation's reference control variate takes the exact
     # probability of (recipe.evaluation.reference_paths). None: no reference.
     reference_thinking: str | None = None
+    part: str | None = None  # the mixture part it belongs to (recipe/mixture.py); None outside a mixture
 
 
 @dataclass
@@ -49,6 +50,10 @@ class Task:
 
     def check(self, response_text: str, answer: str) -> bool:
         raise NotImplementedError
+
+    def check_part(self, response_text: str, answer: str, part: str | None) -> bool:
+        """The checker of the problem's part: a single task has one (a mixture's: recipe.mixture.MixtureTask)."""
+        return self.check(response_text, answer)
 
     def rewards(self, responses: list[str], answers: list[str]) -> list[float]:
         return [1.0 if self.check(text, answer) else -1.0 for text, answer in zip(responses, answers)]
@@ -146,10 +151,11 @@ class AdditionTask(Task):
 
 
 def build_addition_task(train_size: int, validation_size: int, min_digits: int, max_digits: int,
-                        data_seed: int) -> AdditionTask:
+                        data_seed: int, width: int | None = None) -> AdditionTask:
     """Distinct problems, validation disjoint from train; the same data_seed gives the same split.
 
-    Validation problems are drawn first, so the validation set does not change with the pool size.
+    Validation problems are drawn first, so the validation set does not change with the pool size. Operands
+    are zero-padded to `width` digits (None: max_digits; a mixture's part pads to the model's task width).
     """
     rng = random.Random(data_seed)
     seen: set[tuple[int, int]] = set()
@@ -160,7 +166,7 @@ def build_addition_task(train_size: int, validation_size: int, min_digits: int, 
             continue
         seen.add((a, b))
         trace, answer = solution(a, b)
-        problems.append(Problem(addition_prompt(a, b, max_digits), answer, reference_thinking=trace))
+        problems.append(Problem(addition_prompt(a, b, width or max_digits), answer, reference_thinking=trace))
     return AdditionTask("embedded", train=problems[validation_size:], validation=problems[:validation_size])
 
 
@@ -182,15 +188,25 @@ class MathTask(Task):
             return False
 
 
-def build_math_task(cfg, tokenizer) -> MathTask:
+def build_math_task(cfg, tokenizer, source: str = "", key: str = "task") -> MathTask:
     """cfg: run_config.TaskConfig of a file task. Train pool from task.train_path; validation from
-    task.validation_path or a held-out slice of the train rows (recipe.task_files reads any of its formats)."""
+    task.validation_path or a held-out slice of the train rows (recipe.task_files reads any of its formats).
+    source: keep only the rows whose task.part_key field equals it (a mixture's part; `key` names it)."""
     from recipe.task_files import TaskKeys, read_task_file, render_prompt
 
     keys = TaskKeys(prompt=cfg.prompt_key, answer=cfg.answer_key, part=cfg.part_key)
-    train_rows = read_task_file(cfg.train_path, keys)
+
+    def rows_of(path: str) -> list:
+        rows = read_task_file(path, keys)
+        rows = [row for row in rows if row.part == source] if source else rows
+        if source and not rows:
+            raise ValueError(f"{key}.source: no row of {path} has {cfg.part_key} {source!r}; give a value the "
+                             f"file's {cfg.part_key} field holds")
+        return rows
+
+    train_rows = rows_of(cfg.train_path)
     if cfg.validation_path:
-        validation_rows = read_task_file(cfg.validation_path, keys)
+        validation_rows = rows_of(cfg.validation_path)
     else:
         random.Random(cfg.data_seed).shuffle(train_rows)
         validation_rows, train_rows = train_rows[:cfg.validation_size], train_rows[cfg.validation_size:]

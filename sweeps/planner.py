@@ -124,12 +124,25 @@ def finish_plan(spec: SweepSpec, jobs: list[Job]) -> list[Job]:
         check_cores(spec, planned)
         check_gpus(spec, planned)
     check_engines(spec, jobs)
+    check_metric(spec.budget.metric, jobs)
     variants = {planned.variant for planned in jobs}
     for variant in spec.faults:
         if variant not in variants:
             raise ConfigError(f"faults.{shown_key(variant)}: not a variant of this sweep; its variants: "
                               f"{', '.join(sorted(variants)[:10])}{', ...' if len(variants) > 10 else ''}")
     return sorted(jobs, key=lambda planned: spec.seeds.index(planned.seed))  # stable: base, then axes, per seed
+
+
+def check_metric(metric: str, jobs: list[Job]) -> None:
+    """budget.metric names the whole or a set every job's task evaluates (a mixture's part or downstream set)."""
+    for planned in jobs:
+        task = planned.recipe.task
+        names = ["whole", *task.parts, *task.downstream]
+        if metric not in names:
+            fix = f"use one of {', '.join(names)}" if len(names) > 1 else \
+                "use whole (this task has no parts: task.parts names them)"
+            raise ConfigError(f"budget.metric: got {metric!r}, but {planned.variant}'s task evaluates no set of that "
+                              f"name; {fix}")
 
 
 def plan_scan(spec: SweepSpec, source: Path | None, runs_dir: Path) -> list[Job]:
@@ -197,7 +210,8 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
     memory is the node's: the notes name what only the job can check (and memory is checked against
     executor.slurm.mem_gb where it is set).
     """
-    from recipe.preflight import (check_files, check_generation_memory, check_memory, check_pretrained_source,
+    from recipe.preflight import (check_files, check_generation_memory, check_memory, check_mixture_task,
+                                  check_pretrained_source,
                                   check_sharding_machine, check_vllm_machine, cuda_devices_present,
                                   machine_memory_bytes, recipe_paths, vllm_key)
 
@@ -228,6 +242,10 @@ def check_jobs_can_run(spec: SweepSpec, jobs: list[Job]) -> list[str]:
         if paths not in seen:
             seen.add(paths)
             check_files(job.recipe)
+        mixture = repr((job.recipe.task, job.recipe.eval.num_prompts))  # a mixture is checked once per task
+        if mixture not in seen:
+            seen.add(mixture)
+            check_mixture_task(job.recipe)
         check_sharding_machine(job.recipe)
         check_vllm_machine(job.recipe)
         check_pretrained_source(job.recipe)

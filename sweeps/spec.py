@@ -67,6 +67,10 @@ class BudgetSpec:
     # window's fits and are scored there. A fitted ceiling is extrapolated from where its window ends, so
     # the whole run places A better (BENCHMARKS.md, "What the demo can detect").
     verdicts_from: str = "window"
+    # Which pass rate the table's fits and verdicts read: "whole" (eval/pass_rate: a single task's, a mixture's
+    # weighted whole), or a mixture's part or downstream set by name (eval/pass_rate/<name>; recipe/task_parts.py).
+    # `sweep report --metric` reads any other afterwards.
+    metric: str = "whole"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,7 +45,7 @@ def train_native(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             #    The curriculum picks every minibatch's prompts first, then they are sampled together.
             k = min(run.c.off_policy.k, cfg.max_steps - run.step)
             orders = [run.c.curriculum.sample(cfg.rollout.prompts_per_batch) for _ in range(k)]
-            round_ = [assemble_minibatch(samples, run.c)
+            round_ = [assemble_minibatch(samples, run.c, run.task)
                       for samples in sample_round(run.generator, run.task, run.c, cfg, orders, run.rngs,
                                                   policy_version=run.step)]
             # 2. k optimizer steps, minibatch j after j updates since it was sampled.

