@@ -86,7 +86,7 @@ def refit(sweep_dir: Path, settings: dict, n_boot: int, draws: int) -> dict:
                 for row in rows:
                     if SAMPLED_KEYS["eval/pass_rate"] in row:
                         row.update({key: row[sampled] for key, sampled in SAMPLED_KEYS.items()})
-        data.evals, data.diagnostics = build_frames(data.runs, records, budget, [])
+        data.evals, data.diagnostics, data.curves = build_frames(data.runs, records, budget, [])
     if "seeds" in settings:
         keep = [int(s) for s in settings["seeds"].split("/")]
         data.runs = data.runs[data.runs["seed"].isin(keep)].reset_index(drop=True)

@@ -165,9 +165,11 @@ def load_sweep_from_mlflow(tracking_uri: str, experiment: str, *, parent_run_id:
     records, configs = {}, {}
     for run in children:
         run_id = run.data.tags[schema.TAG_RUN_ID]
-        records[run_id] = _records(client, run, [k for k in wanted if k in run.data.metrics])
+        parts = [k for k in run.data.metrics if k.startswith((schema.PART_PASS_RATE_PREFIX,
+                                                              schema.PART_PASS_RATE_SE_PREFIX))]
+        records[run_id] = _records(client, run, [k for k in wanted if k in run.data.metrics] + parts)
         configs[run_id] = dict(run.data.params)
-    evals, diagnostics = build_frames(jobs, records, budget, notes)
+    evals, diagnostics, curves = build_frames(jobs, records, budget, notes)
     return SweepData(name=str(meta.get(schema.SWEEP_NAME, found.name)), meta=meta, budget=budget, runs=jobs,
                      evals=evals, diagnostics=diagnostics, configs=configs,
-                     source=f"MLflow {tracking_uri}, experiment {found.name!r}", notes=notes)
+                     source=f"MLflow {tracking_uri}, experiment {found.name!r}", notes=notes, curves=curves)

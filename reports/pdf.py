@@ -27,6 +27,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from fitting.extrapolation import DEFAULT_OBSERVED_HALFWIDTH  # noqa: E402
 from reports import figures, schema  # noqa: E402
+from reports.parts import mixture_pages  # noqa: E402
 from reports.scan import scan_cells, scan_figure, scan_has_values, scan_info  # noqa: E402
 from reports.table_text import (  # noqa: E402
     SWEEP_NOTES,
@@ -289,7 +290,8 @@ def _diff_pages(fits) -> list:
 
 
 # The pages also saved as PNG.
-FIGURES = ("scan", "curves", "variants", "fixed_a_slopes", "deltas", "power_law", "diagnostics")
+FIGURES = ("scan", "curves", "variants", "parts", "downstream", "fixed_a_slopes", "deltas", "power_law",
+           "diagnostics")
 
 
 def _power_law_pages(fits) -> tuple[list, list[str]]:
@@ -325,6 +327,8 @@ def report_pages(fits, *, power_law: bool = False) -> list[tuple[str, object]]:
         pages.append(("curves", figures.curves_figure(fits)))
     if fits.variants:
         pages.append(("variants", figures.panels_figure(fits)))
+    mixture, mixture_notes = mixture_pages(fits)  # a mixture's parts (Figure 11) and downstream sets (Figure 1b)
+    pages += mixture
     if fits.comparison is not None:
         pages += [("fixed_a_slopes", figures.slope_figure(fits)), ("deltas", figures.deltas_figure(fits))]
     power_law_notes = []
@@ -335,7 +339,7 @@ def report_pages(fits, *, power_law: bool = False) -> list[tuple[str, object]]:
                                                                figures.variant_colours(fits.data.variants()))
     pages += [("diagnostics", diagnostics), ("diagnostics_table", _diagnostics_page(fits))]
     pages += [("setup", setup_page(fits))] + [("config_diff", page) for page in _diff_pages(fits)]
-    notes = fits.notes + power_law_notes + diagnostic_notes
+    notes = fits.notes + mixture_notes + power_law_notes + diagnostic_notes
     if notes:
         wrapped = [line for note in notes for line in textwrap.wrap(note, 150, subsequent_indent="    ")]
         pages.append(("notes", _text_page("Notes: what was skipped or adjusted", wrapped, size=9.5)))

@@ -62,18 +62,28 @@ def publish(data: SweepData, *, pdf: Path, csv: Path, figures_dir: Path | None, 
 
 
 def report_sweep(sweep_dir: str | Path, output_pdf: str | Path | None = None, *, n_boot: int = DEFAULT_N_BOOT,
-                 log_mlflow: bool = True, power_law: bool = False, echo=print) -> ReportOutputs:
+                 log_mlflow: bool = True, power_law: bool = False, metric: str | None = None,
+                 echo=print) -> ReportOutputs:
     """Report a sweep directory: <sweep_dir>/loo_table.csv, the PDF (default <sweep_dir>/report.pdf), its
     figures as PNG in <sweep_dir>/report_figures/, and the fit results in the sweep's MLflow store
     (skipped with a message when <sweep_dir>/mlflow.json is absent). With output_pdf elsewhere the table and
     the figures go beside it (X.csv, X_figures/): the sweep directory's own report, table and figures stay
-    one consistent set."""
+    one consistent set.
+
+    metric: another pass rate than budget.metric (a mixture's part or downstream set): its report goes to
+    <sweep_dir>/report_<metric>.pdf (and .csv) unless output_pdf says otherwise, and MLflow keeps the fits of
+    budget.metric (a part's fits are not the runs' fit/* results)."""
     sweep_dir = Path(sweep_dir)
+    data = load_sweep(sweep_dir)
+    if metric is not None and metric != data.budget.metric:
+        data, log_mlflow = data.for_metric(metric), False
+        if output_pdf is None:
+            output_pdf = sweep_dir / f"report_{metric}.pdf"
     if output_pdf is None or Path(output_pdf).resolve() == (sweep_dir / schema.REPORT_FILE).resolve():
         pdf, csv, figures = (sweep_dir / schema.REPORT_FILE, sweep_dir / schema.LOO_TABLE_FILE,
                              sweep_dir / schema.FIGURES_DIR)
     else:
         pdf = Path(output_pdf)
         csv, figures = pdf.with_suffix(".csv"), pdf.with_name(f"{pdf.stem}_figures")
-    return publish(load_sweep(sweep_dir), pdf=pdf, csv=csv, figures_dir=figures, n_boot=n_boot,
+    return publish(data, pdf=pdf, csv=csv, figures_dir=figures, n_boot=n_boot,
                    mlflow_sweep_dir=sweep_dir if log_mlflow else None, power_law=power_law, echo=echo)

@@ -25,6 +25,8 @@ BUDGET_TARGET, BUDGET_OBSERVED_WINDOW, BUDGET_FIT_METHOD = "target", "observed_w
 BUDGET_FIT_WEIGHTS = "fit_weights"
 BUDGET_MIN_COMPUTE_RATIO, BUDGET_MIN_A_SHIFT = "min_compute_ratio", "min_a_shift"
 BUDGET_VERDICTS_FROM = "verdicts_from"
+BUDGET_METRIC = "metric"  # which pass rate the fits and verdicts read: WHOLE or a mixture's part / downstream set
+WHOLE = "whole"  # eval/pass_rate itself: a single task's pass rate, a mixture's weighted whole
 VERDICT_FITS = ("window", "run")  # budget.verdicts_from (sweeps.spec.VERDICT_FITS)
 
 # plan.json: one entry per job
@@ -46,8 +48,15 @@ CONFIG_DIFF_IGNORED_PREFIXES = ("seed", "tracking.", "checkpoint.dir", "run_dir"
 STEP = "step"
 PASS_RATE = "eval/pass_rate"  # a line is an evaluation line iff it carries this key
 PASS_RATE_SE = "eval/pass_rate_se"  # its sampling standard error (recipe.evaluation.sampling_standard_error)
+# A mixture's sets (recipe/mixture.py) log eval/pass_rate/<name> and eval/pass_rate_se/<name> beside the whole.
+PART_PASS_RATE_PREFIX, PART_PASS_RATE_SE_PREFIX = PASS_RATE + "/", PASS_RATE_SE + "/"
 COMPUTE_PREFIX = "compute/"  # the curve's x is COMPUTE_PREFIX + budget.unit
 STEPS_UNIT = "steps"  # budget.unit "steps": the training step itself is the compute axis
+
+
+def pass_rate_keys(metric: str) -> tuple[str, str]:
+    """The metrics.jsonl keys of a pass rate and its standard error: WHOLE's, or a mixture set's."""
+    return (PASS_RATE, PASS_RATE_SE) if metric == WHOLE else (PASS_RATE + "/" + metric, PASS_RATE_SE + "/" + metric)
 
 # The paper's truncation rate (arXiv 2510.13786): the share of generations forcibly stopped, i.e. interrupted
 # by the length control or cut at the length limit (a sample can be both: it is counted once). Rates above

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -47,6 +47,7 @@ class Budget:
     min_compute_ratio: float = MIN_COMPUTE_RATIO  # the smallest effects a verdict is made on (fitting.seeds)
     min_a_shift: float = MIN_A_SHIFT
     verdicts_from: str = "window"  # "window": the fits on [burn_in, fit_at]; "run": on [burn_in, target]
+    metric: str = schema.WHOLE  # the pass rate fitted: the whole, or a mixture's part / downstream set
 
     @property
     def verdict_until(self) -> float:
@@ -86,6 +87,27 @@ class SweepData:
     configs: dict[str, dict[str, str]]  # run_id -> flattened recipe
     source: str  # where it was read from, for the title page
     notes: list[str] = field(default_factory=list)  # what was skipped and why
+    # EVAL_COLUMNS + metric: every pass rate the runs logged (the whole, and a mixture's sets by name)
+    curves: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=[*EVAL_COLUMNS, "metric"]))
+
+    def metric_names(self) -> list[str]:
+        """The pass rates the runs logged: the whole first, then a mixture's sets in the order logged."""
+        return list(dict.fromkeys([schema.WHOLE, *self.curves["metric"]]))
+
+    def downstream_names(self) -> list[str]:
+        """A mixture's downstream sets (task.downstream.<name> in the runs' configs), in metric order."""
+        keys = {key.split(".")[2] for config in self.configs.values() for key in config
+                if key.startswith("task.downstream.")}
+        return [name for name in self.metric_names() if name in keys]
+
+    def for_metric(self, metric: str) -> SweepData:
+        """The same sweep with `metric`'s pass rate as its curves (budget.metric set): a part's table and fits."""
+        if metric not in self.metric_names():
+            raise SweepDataError(f"metric {metric!r}: the runs logged no {schema.pass_rate_keys(metric)[0]}; they "
+                                 f"logged {', '.join(self.metric_names())} (a mixture's parts: task.parts)")
+        evals = self.evals if metric == self.budget.metric else \
+            self.curves[self.curves["metric"] == metric].drop(columns="metric").reset_index(drop=True)
+        return replace(self, budget=replace(self.budget, metric=metric), evals=evals)
 
     def variants(self) -> list[str]:
         """Variant names in report order: base first, then by axis (schema.AXES order), then choice (a scan's
@@ -130,7 +152,7 @@ def budget_from_meta(meta: Mapping) -> tuple[Budget, list[str]]:
                   fit_weights=str(budget.get(schema.BUDGET_FIT_WEIGHTS) or "compute"),
                   min_compute_ratio=float(budget.get(schema.BUDGET_MIN_COMPUTE_RATIO, MIN_COMPUTE_RATIO)),
                   min_a_shift=float(budget.get(schema.BUDGET_MIN_A_SHIFT, MIN_A_SHIFT)),
-                  verdicts_from=verdicts_from), notes
+                  verdicts_from=verdicts_from, metric=str(budget.get(schema.BUDGET_METRIC) or schema.WHOLE)), notes
 
 
 def flatten_config(data: Mapping, prefix: str = "") -> dict[str, str]:
@@ -146,14 +168,15 @@ def _finite(value) -> bool:
 
 def build_frames(runs: pd.DataFrame, records: Mapping[str, Iterable[dict]], budget: Budget,
                  notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(evals, diagnostics) frames from metrics records per run_id; the one place both sources meet.
+    """(evals, diagnostics, curves) frames from metrics records per run_id; the one place both sources meet.
 
     A record is one metrics.jsonl line (or one MLflow step with every metric logged at it). A record with
-    eval/pass_rate is an evaluation point; its x is compute/<unit> (the step itself for unit "steps").
+    eval/pass_rate is an evaluation point; its x is compute/<unit> (the step itself for unit "steps"). curves holds
+    every pass rate of each point (curve_points), evals the one budget.metric names.
     Evaluation points without that compute value are left out with a note; a step seen twice keeps the
     last record (a resumed run may repeat steps).
     """
-    eval_rows, diag_rows = [], []
+    curve_rows, diag_rows = [], []
     for run in runs.itertuples(index=False):
         by_step: dict[int, dict] = {}
         for record in records.get(run.run_id, ()):
@@ -166,10 +189,7 @@ def build_frames(runs: pd.DataFrame, records: Mapping[str, Iterable[dict]], budg
             if _finite(record.get(schema.PASS_RATE)):
                 compute = step if budget.unit == schema.STEPS_UNIT else record.get(budget.compute_key)
                 if _finite(compute):
-                    se = record.get(schema.PASS_RATE_SE)
-                    eval_rows.append({**run_keys, "step": step, "compute": float(compute),
-                                      "pass_rate": float(record[schema.PASS_RATE]),
-                                      "pass_rate_se": float(se) if _finite(se) else math.nan})
+                    curve_rows += curve_points(record, {**run_keys, "step": step, "compute": float(compute)})
                 else:
                     missing_compute += 1
             diagnostics = {key: float(record[key]) for key in schema.DIAGNOSTIC_KEYS if _finite(record.get(key))}
@@ -180,12 +200,31 @@ def build_frames(runs: pd.DataFrame, records: Mapping[str, Iterable[dict]], budg
                          f"{budget.compute_key} left out")
         if not by_step:
             notes.append(f"{run.variant} seed {run.seed} ({run.run_id}): no metrics recorded; left out of the fits")
-    evals = pd.DataFrame(eval_rows, columns=list(EVAL_COLUMNS))
-    evals = evals.astype({"step": "int64", "seed": "int64", "compute": "float64", "pass_rate": "float64",
-                          "pass_rate_se": "float64"})
+    curves = pd.DataFrame(curve_rows, columns=[*EVAL_COLUMNS, "metric"])
+    curves = curves.astype({"step": "int64", "seed": "int64", "compute": "float64", "pass_rate": "float64",
+                            "pass_rate_se": "float64"})
+    evals = curves[curves["metric"] == budget.metric].drop(columns="metric")
+    if evals.empty and not curves.empty:
+        raise SweepDataError(f"budget.{schema.BUDGET_METRIC}: {budget.metric!r} names no pass rate the runs logged; "
+                             f"they logged {', '.join(dict.fromkeys(curves['metric']))} (a mixture's parts: "
+                             "task.parts)")
     diag_columns = list(RUN_KEYS) + ["step"] + [k for k in schema.DIAGNOSTIC_KEYS if any(k in r for r in diag_rows)]
     diagnostics = pd.DataFrame(diag_rows, columns=diag_columns)
-    return evals.reset_index(drop=True), diagnostics.reset_index(drop=True)
+    return evals.reset_index(drop=True), diagnostics.reset_index(drop=True), curves.reset_index(drop=True)
+
+
+def curve_points(record: Mapping, keys: dict) -> list[dict]:
+    """One evaluation record's pass rates (the whole, and each eval/pass_rate/<set> of a mixture) as curve rows."""
+    names = [schema.WHOLE] + [key[len(schema.PART_PASS_RATE_PREFIX):] for key in record
+                              if key.startswith(schema.PART_PASS_RATE_PREFIX)]
+    rows = []
+    for name in names:
+        key, se_key = schema.pass_rate_keys(name)
+        if _finite(record.get(key)):
+            se = record.get(se_key)
+            rows.append({**keys, "pass_rate": float(record[key]),
+                         "pass_rate_se": float(se) if _finite(se) else math.nan, "metric": name})
+    return rows
 
 
 def runs_frame(entries: Iterable[Mapping]) -> pd.DataFrame:
@@ -256,7 +295,7 @@ def load_sweep(sweep_dir: str | Path) -> SweepData:
             configs[run_id] = flatten_config(read_run_config(config_path))
         else:
             notes.append(f"{run_id}: no {schema.CONFIG_FILE}; its config diff is not shown")
-    evals, diagnostics = build_frames(runs, records, budget, notes)
+    evals, diagnostics, curves = build_frames(runs, records, budget, notes)
     return SweepData(name=str(meta.get(schema.SWEEP_NAME, sweep_dir.name)), meta=meta, budget=budget, runs=runs,
                      evals=evals, diagnostics=diagnostics, configs=configs,
-                     source=f"run directories of {sweep_dir.resolve()}", notes=notes)
+                     source=f"run directories of {sweep_dir.resolve()}", notes=notes, curves=curves)

@@ -96,6 +96,8 @@ class SweepFits:
                   f"whole run); predictions fit on C <= {budget.fit_at:g}, scored at {budget.target:g}")
         window += ((" (the paper's grid fit)" if budget.fit_method == "paper" else "")
                    + (", points weighted equally" if budget.fit_weights == "equal" else ""))
+        if budget.metric != schema.WHOLE:
+            window = f"{schema.pass_rate_keys(budget.metric)[0]} (a mixture's set, not the whole): {window}"
         if seeds > 1:
             return (f"{window}; each row fits the seed-mean curve over {seeds} seeds "
                     "(A_seed_sd: sd of the per-seed fits' A)")

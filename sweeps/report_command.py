@@ -3,6 +3,7 @@
     sweep report runs/scalerl-loo                       # report.pdf, loo_table.csv, figures, MLflow fit results
     sweep report runs/scalerl-loo -o paper/loo.pdf
     sweep report runs/scalerl-loo --power-law           # plus the power-law baseline against each sigmoid
+    sweep report runs/mixture --metric short            # a mixture's part: report_short.pdf, report_short.csv
     sweep report --tracking-uri http://mlflow:5000 --experiment scalerl-loo -o loo.pdf   # no run directories
 """
 
@@ -28,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-boot", type=integer(2, MAX_BOOT), default=500,
                         help="bootstrap draws per interval (default 500)")
     parser.add_argument("--no-mlflow", action="store_true", help="do not log fit results to the sweep's MLflow runs")
+    parser.add_argument("--metric", metavar="NAME",
+                        help="fit and judge this pass rate instead of budget.metric: a mixture's part or downstream "
+                             "set (eval/pass_rate/NAME), or whole; written to SWEEP_DIR/report_NAME.pdf and .csv")
     parser.add_argument("--power-law", action="store_true",
                         help="add pages comparing each variant's sigmoid with a power-law fit R = A - D / C^B on the "
                              "same window: ceilings and predictions at the target (the paper's point: a power law "
@@ -49,6 +53,7 @@ def run(args) -> int:
             from reports.mlflow_source import load_sweep_from_mlflow
 
             data = load_sweep_from_mlflow(args.tracking_uri, args.experiment, parent_run_id=args.parent_run_id)
+            data = data if args.metric is None else data.for_metric(args.metric)
             pdf = Path(args.output)
             outputs = publish(data, pdf=pdf, csv=pdf.with_suffix(".csv"), figures_dir=None, n_boot=args.n_boot,
                               power_law=args.power_law)
@@ -60,7 +65,7 @@ def run(args) -> int:
 
                 repair_duplicates(Path(args.sweep_dir))
             outputs = report_sweep(args.sweep_dir, args.output, n_boot=args.n_boot, log_mlflow=not args.no_mlflow,
-                                   power_law=args.power_law)
+                                   power_law=args.power_law, metric=args.metric)
     except SweepDataError as error:
         raise UsageError(str(error)) from None
     print(outputs.text)

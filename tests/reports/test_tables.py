@@ -155,7 +155,7 @@ def test_truncation_statistics_weigh_each_line_by_the_steps_it_covers():
         "b": [{"step": 10, key: 0.20, low: 0.0}],
         "old": [{"step": 10, "rollout/truncated_frac": 0.3}],  # logged before the truncation rate existed
     }
-    _, diagnostics = build_frames(runs, records, budget, [])
+    _, diagnostics, _ = build_frames(runs, records, budget, [])
     sums = truncation_sums(SimpleNamespace(diagnostics=diagnostics))
     # a: rate (0.02 x 10 + 0.08 x 20) / 30 = 0.06; steps under 5%: (1.0 x 10 + 0.5 x 20) / 30 = 2/3
     assert truncation_stats(sums, ["a"]) == pytest.approx({"truncation_rate": 0.06, "low_truncation_steps": 2 / 3})
