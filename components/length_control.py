@@ -76,27 +76,31 @@ class InterruptionLengthControl(LengthControl):
 
 @LENGTH_CONTROLS.register("length_penalty")
 class LengthPenaltyControl(LengthControl):
-    """r_i += clip((max_length - L_i) / cache_length - 1, -1, 0) for correct samples (DAPO overlong penalty).
+    """r_i += depth * clip((max_length - L_i) / cache_length - 1, -1, 0) for correct samples (DAPO overlong
+    penalty).
 
     Generation is only cut at the generator's length limit; a correct answer that used more than
-    max_length - cache_length tokens loses reward linearly, down to -1 at max_length. Incorrect
+    max_length - cache_length tokens loses reward linearly, down to -depth at max_length. Incorrect
     samples keep their reward.
 
     Args:
-        max_length: the length at which the penalty reaches -1, >= 1 token (default 20480, DAPO's; set it
-            to the generation limit).
+        max_length: the length at which the penalty reaches -depth, >= 1 token (default 20480, DAPO's; set
+            it to the generation limit).
         cache_length: the width of the penalty's ramp, in (0, max_length] tokens (default 4096, DAPO's).
+        depth: the penalty at max_length, > 0 (default 1, DAPO's 0 to -1; Magistral's ramp is 0 to -0.1).
     """
 
-    def __init__(self, max_length: int = 20480, cache_length: int = 4096) -> None:
+    def __init__(self, max_length: int = 20480, cache_length: int = 4096, depth: float = 1.0) -> None:
         require(max_length >= 1, "max_length", max_length, ">= 1 token")
         require(0 < cache_length <= max_length, "cache_length", cache_length, f"in (0, max_length={max_length}]")
+        require(depth > 0, "depth", depth, "> 0 (the reward lost at max_length: DAPO 1, Magistral 0.1)")
         self.max_length = max_length
         self.cache_length = cache_length
+        self.depth = depth
 
     def shape_rewards(self, rewards, lengths, correct):
-        penalty = ((self.max_length - lengths.to(rewards.dtype)) / self.cache_length - 1).clamp(-1, 0)
-        return rewards + penalty.where(correct, 0)
+        ramp = ((self.max_length - lengths.to(rewards.dtype)) / self.cache_length - 1).clamp(-1, 0)
+        return rewards + (self.depth * ramp).where(correct, 0)
 
 
 @LENGTH_CONTROLS.register("none")

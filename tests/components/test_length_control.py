@@ -25,6 +25,26 @@ def test_length_penalty_hand_values():
     assert control.thinking_budgets(3, np.random.default_rng(0)) is None
 
 
+def test_length_penalty_depth_scales_the_ramp_by_hand():
+    # Magistral's ramp (depth 0.1): the same lengths lose 0.1 x what DAPO's (depth 1) loses
+    #   L = 17 -> 0.1 x -0.4 = -0.04;  L = 20 and 25 -> -0.1
+    control = LengthPenaltyControl(max_length=20, cache_length=5, depth=0.1)
+    rewards, lengths = torch.ones(4), torch.tensor([10, 17, 20, 25])
+    torch.testing.assert_close(control.shape_rewards(rewards, lengths, torch.ones(4, dtype=torch.bool)),
+                               torch.tensor([1.0, 0.96, 0.9, 0.9]))
+    with pytest.raises(ValueError, match="depth"):
+        LengthPenaltyControl(depth=0)
+
+
+def test_a_length_penalty_without_depth_keeps_its_run_id():
+    from recipe.config import load_recipe, run_id
+
+    dapo = load_recipe(None, ["length_control=length_penalty"])
+    assert dapo.length_control["depth"] == 1.0
+    assert run_id(dapo) == run_id(load_recipe(None, ["length_control=length_penalty", "length_control.depth=1"]))
+    assert run_id(dapo) != run_id(load_recipe(None, ["length_control=length_penalty", "length_control.depth=0.1"]))
+
+
 def test_interruption_budgets_come_from_the_window_and_rewards_are_unchanged():
     control = InterruptionLengthControl(min_thinking=10, max_thinking=12, answer_budget=4)
     budgets = control.thinking_budgets(1000, np.random.default_rng(0))
