@@ -257,6 +257,10 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
                           "sampling from one seed, so a replicate would not share its seed's prompts; use "
                           "engine.name=native, or other seeds (seed=...) instead")
     if flat.get("eval.control_variate") == "reference":
+        for key, value in flat.items():
+            if key.startswith(("task.parts.", "task.downstream.")) and key.endswith(".name") and value != "embedded":
+                raise ConfigError(f"eval.control_variate: 'reference' needs problems with a reference solution, which "
+                                  f"{key[:-5]} ({value!r}) does not have; use eval.control_variate=none")
         if flat.get("task.name", "embedded") != "embedded":
             raise ConfigError(f"eval.control_variate: 'reference' needs problems with a reference solution, which task "
                               f"{flat['task.name']!r} does not have (only the embedded task does); use "

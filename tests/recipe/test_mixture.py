@@ -39,6 +39,7 @@ def test_batch_counts_split_every_batch_by_weight():
     ("task.parts={a: {source: polaris}}", "task.parts.a.source"),
     ("task.downstream={a: {min_digits: 4}}", "task.downstream"),  # without parts
     ("task.parts={a: {}} | task.downstream={a: {}}", "task.downstream.a"),
+    ("eval.control_variate=reference | task.parts={a: {name: file, train_path: x.jsonl}}", "task.parts.a ('file')"),
 ])
 def test_bad_parts_are_refused_naming_the_key(override, key):
     from recipe.config import load_recipe
