@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import yaml
@@ -88,7 +89,15 @@ def test_sweep_report_on_a_part_writes_its_own_table_and_the_report_has_the_mixt
 
     from reports.tables import fit_sweep
 
-    pages = dict(report_pages(fit_sweep(load_sweep(sweep_dir), n_boot=50)))
+    pages = report_pages(fit_sweep(load_sweep(sweep_dir), n_boot=50))
+    try:
+        check_mixture_pages(dict(pages))
+    finally:
+        for _, page in pages:
+            plt.close(page)
+
+
+def check_mixture_pages(pages: dict) -> None:
     assert {"parts", "downstream"} <= set(pages)
     parts_axes = [ax for ax in pages["parts"].axes if ax.get_title()]
     assert [ax.get_title().split(" (")[0] for ax in parts_axes] == ["part hard", "part easy"]
