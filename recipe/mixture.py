@@ -109,15 +109,18 @@ def build_mixture_task(cfg, tokenizer) -> MixtureTask:
                        weights=[part.weight for part in parts], evaluation_sets=sets)
 
 
-def raw_prompts(part: Part, width: int, downstream: bool) -> tuple[list, int]:
+def raw_prompts(part: Part, width: int, downstream: bool) -> tuple[list | None, int]:
     """(prompts, validation prompts) of a part as its data states them, before any chat template: what a plan
     checks without the model's tokenizer (embedded parts are drawn, files read). prompts: a part's training pool,
-    a downstream set's evaluated prompts (embedded: its validation draw; a file: every row)."""
+    a downstream set's evaluated prompts (embedded: its validation draw; a file: every row); None for a task drawn
+    through the chat template (word_problems)."""
     cfg = part.task
     if cfg.name == "embedded":
         task = build_addition_task(0 if downstream else cfg.train_size, cfg.validation_size, cfg.min_digits,
                                    cfg.max_digits, cfg.data_seed, width=width)
         return [p.prompt for p in (task.validation if downstream else task.train)], len(task.validation)
+    if cfg.name not in FILE_TASKS:  # drawn through the model's chat template: checked when the job builds it
+        return None, cfg.validation_size
     from recipe.task_files import TaskKeys, read_task_file
 
     keys = TaskKeys(prompt=cfg.prompt_key, answer=cfg.answer_key, part=cfg.part_key)
@@ -137,6 +140,8 @@ def check_mixture(cfg) -> None:
     for part, section in [(p, "task.parts") for p in parts] + [(p, "task.downstream") for p in downstream]:
         train, validation = raw_prompts(part, cfg.task.max_digits, section == "task.downstream")
         key = f"{section}.{part.name}"
+        if train is None:
+            continue
         if not train:
             raise ConfigError(f"{key}: no rows{' with source ' + repr(part.source) if part.source else ''}; "
                               "give the part a file with rows (or a source its task.part_key field holds)")
@@ -145,8 +150,8 @@ def check_mixture(cfg) -> None:
                               f"({cfg.eval.num_prompts:,}) each part is scored on; raise its validation_size or lower "
                               "eval.num_prompts")
         prompts[part.name] = train
-    check_disjoint({p.name: prompts[p.name] for p in parts}, {p.name: prompts[p.name] for p in downstream},
-                   lambda prompt: prompt)
+    check_disjoint({p.name: prompts[p.name] for p in parts if p.name in prompts},
+                   {p.name: prompts[p.name] for p in downstream if p.name in prompts}, lambda prompt: prompt)
 
 
 def check_disjoint(training: dict[str, Sequence], downstream: dict[str, Sequence], prompt_of: Callable) -> None:
