@@ -50,7 +50,7 @@ def parts_figure(data, fitted: dict[str, object]):
             ax = fig.add_subplot(rows, columns, index + 1)
             for variant, v in fits.variants.items():
                 observed = "" if not math.isfinite(v.score.observed) else f", seen {v.score.observed:.3f}"
-                label = (f"{variant}: A = {v.prediction_fit.a:.3f}, B = {v.prediction_fit.b:.2f}, "
+                label = (f"{variant}: window fit A = {v.prediction_fit.a:.3f}, B = {v.prediction_fit.b:.2f}, "
                          f"pred {v.score.predicted:.3f}{observed}")
                 figures._draw_variant(ax, v, budget, colours[variant], label, band=False, marker_size=10)
             figures._budget_lines(ax, budget)
@@ -64,19 +64,20 @@ def parts_figure(data, fitted: dict[str, object]):
 
 
 def transfer_points(data, name: str):
-    """(variant, whole pass rates, the set's pass rates) per variant, seed-mean at each step both were logged."""
+    """(variant, seed, whole pass rates, the set's pass rates) of every run, in step order, at the points where
+    both were logged (each run on its own: late points sit at different steps in different seeds)."""
     curves = data.curves[data.curves["metric"].isin([schema.WHOLE, name])]
     table = curves.pivot_table(index=["variant", "seed", "step"], columns="metric", values="pass_rate").dropna()
     if table.empty:
         return []
-    means = table.groupby(["variant", "step"]).mean().reset_index().sort_values(["variant", "step"])
-    return [(variant, rows[schema.WHOLE].to_numpy(), rows[name].to_numpy())
-            for variant, rows in means.groupby("variant", sort=False)]
+    table = table.reset_index().sort_values(["variant", "seed", "step"])
+    return [(variant, seed, rows[schema.WHOLE].to_numpy(), rows[name].to_numpy())
+            for (variant, seed), rows in table.groupby(["variant", "seed"], sort=False)]
 
 
 def transfer_figure(data):
     """One panel per downstream set: its pass rate against the validation (whole) pass rate at the same checkpoints,
-    each variant's seed-mean path in step order (the paper's Figure 1b: does the gain on the validation set
+    each run's path in step order, coloured by variant (the paper's Figure 1b: does the gain on the validation set
     carry over to data never trained on)."""
     names = data.downstream_names()
     colours = figures.variant_colours(list(data.variants()))
@@ -85,8 +86,11 @@ def transfer_figure(data):
         fig = figures._new_figure("Downstream sets against the validation pass rate (the paper's Figure 1b)")
         for index, name in enumerate(names):
             ax = fig.add_subplot(rows, columns, index + 1)
-            for variant, whole, downstream in transfer_points(data, name):
-                ax.plot(whole, downstream, color=colours[variant], lw=1.2, marker="o", markersize=3, label=variant)
+            labelled = set()
+            for variant, _, whole, downstream in transfer_points(data, name):
+                ax.plot(whole, downstream, color=colours[variant], lw=0.9, marker="o", markersize=2.5, alpha=0.8,
+                        label=None if variant in labelled else variant)
+                labelled.add(variant)
             low = min(ax.get_xlim()[0], ax.get_ylim()[0])
             high = max(ax.get_xlim()[1], ax.get_ylim()[1])
             ax.plot([low, high], [low, high], color="0.6", lw=0.8, ls=":", label="y = x")

@@ -102,9 +102,10 @@ def check_mixture_pages(pages: dict) -> None:
     parts_axes = [ax for ax in pages["parts"].axes if ax.get_title()]
     assert [ax.get_title().split(" (")[0] for ax in parts_axes] == ["part hard", "part easy"]
     legend = [text.get_text() for text in parts_axes[0].get_legend().get_texts()]
-    assert any(label.startswith("precision=fp32_head=false: A = 0.5") for label in legend)
+    assert any(label.startswith("precision=fp32_head=false: window fit A = 0.5") for label in legend)
     (transfer,) = [ax for ax in pages["downstream"].axes if ax.get_title()]
-    for line in transfer.get_lines()[:-1]:  # each variant's path; the last line is y = x
+    assert len(transfer.get_lines()) == 6 + 1  # each run's path (2 variants x 3 seeds), then y = x
+    for line in transfer.get_lines()[:-1]:
         x, y = line.get_data()
         assert np.allclose(y, 0.8 * np.asarray(x))
 
