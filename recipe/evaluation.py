@@ -255,7 +255,7 @@ def evaluate(generator, task, *, precision, length_control, eval_cfg, max_new_to
     or recipe.vllm_generator.VllmGenerator), so the curve is measured with what samples the training data.
     compute: the run's compute now (eval.compute_unit), which sizes the evaluation (samples_per_prompt).
 
-    A mixture (recipe.mixture) scores each of its sets on the same streams in turn (evaluate_sets): the set's
+    A mixture (recipe.mixture) scores each of its sets on the same streams in turn (evaluate_problems): the set's
     metrics under `<key>/<set>`, and the whole as the parts' weighted mean (weighted_whole).
     """
     started = time.perf_counter()
