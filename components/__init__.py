@@ -8,6 +8,7 @@ from components.advantages import ADVANTAGE_NORMS
 from components.aggregation import AGGREGATIONS
 from components.curricula import CURRICULA
 from components.filters import BATCH_FILTERS
+from components.kl import KL_PENALTIES
 from components.length_control import LENGTH_CONTROLS
 from components.losses import LOSSES
 from components.off_policy import OFF_POLICY_MODES
@@ -24,6 +25,7 @@ REGISTRIES: dict[str, Registry] = {
     "length_control": LENGTH_CONTROLS,
     "off_policy": OFF_POLICY_MODES,
     "precision": PRECISIONS,
+    "kl_penalty": KL_PENALTIES,
 }
 
 __all__ = ["REGISTRIES", "ConfigError", "Registry"]

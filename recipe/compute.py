@@ -112,7 +112,8 @@ class ComputeMeter:
     training_seconds: float = 0.0
     evaluation_seconds: float = 0.0
     generation_flops: float = 0.0
-    training_flops: float = 0.0
+    training_flops: float = 0.0  # reference_flops included
+    reference_flops: float = 0.0  # a KL penalty's reference forwards
     samples: int = 0  # sampled sequences used for training (filtered ones included: they cost generation)
     generated_tokens: int = 0
     trained_tokens: int = 0  # response tokens trained on (forced interruption tokens included: they go through the
@@ -143,6 +144,12 @@ class ComputeMeter:
         self.training_flops += training_flops(shape, prompt_lengths, response_lengths)
         self.trained_tokens += int(sum(response_lengths))
 
+    def add_reference(self, shape: ModelShape, prompt_lengths, response_lengths) -> None:
+        """A KL penalty's reference forward over the trained rows: one forward pass, counted in training."""
+        flops = shape.forward_flops(*sequence_cost(prompt_lengths, response_lengths))
+        self.reference_flops += flops
+        self.training_flops += flops
+
     def metrics(self) -> dict[str, float]:
         return {
             "compute/device_seconds": self.device_seconds,
@@ -157,6 +164,7 @@ class ComputeMeter:
             "compute/flops": self.generation_flops + self.training_flops,
             "compute/generation_flops": self.generation_flops,
             "compute/training_flops": self.training_flops,
+            "compute/reference_flops": self.reference_flops,
             "compute/samples": float(self.samples),
             "compute/tokens": float(self.generated_tokens),
             "compute/trained_tokens": float(self.trained_tokens),

@@ -60,7 +60,8 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "eval.late_from": 0.0, "eval.late_samples_per_prompt": 0,
                    "off_policy.timing": "real", "off_policy.trainer_speed": 3.4, "replicate": 0,
                    "eval.control_variate": "none", "task.prompt_key": "prompt", "task.answer_key": "",
-                   "task.part_key": "", "task.system_prompt": "", "length_control.depth": 1.0}
+                   "task.part_key": "", "task.system_prompt": "", "length_control.depth": 1.0,
+                   "kl_penalty.name": "none"}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from components.advantages import AdvantageNormalization
 from components.aggregation import LossAggregation
 from components.curricula import Curriculum
 from components.filters import BatchFilter
+from components.kl import KlPenalty
 from components.length_control import LengthControl
 from components.losses import PolicyLoss
 from components.off_policy import OffPolicyMode
@@ -54,10 +55,20 @@ class Components:
     length_control: LengthControl
     off_policy: OffPolicyMode
     precision: HeadPrecision
+    kl_penalty: KlPenalty
 
 
 def build_components(cfg: RecipeConfig) -> Components:
     return Components(**{axis: REGISTRIES[axis].build(getattr(cfg, axis)) for axis in REGISTRIES})
+
+
+def reference_model(model):
+    """A KL penalty's reference: a frozen copy of the model as it starts the run (its weights, not a graph)."""
+    import copy
+
+    reference = copy.deepcopy(model).eval()
+    reference.requires_grad_(False)
+    return reference
 
 
 def model_directory(cfg: RecipeConfig, log_every: int = 0, run_dir: Path | None = None) -> Path:
@@ -233,8 +244,13 @@ def train_on(minibatch: Minibatch, version: int, run: "Run") -> dict[str, float]
                               grad_clip=cfg.optimizer.grad_clip, micro_batch_size=cfg.optimizer.micro_batch_size,
                               micro_batch_tokens=cfg.optimizer.micro_batch_tokens,
                               gradient_checkpointing=cfg.optimizer.gradient_checkpointing,
-                              staleness_bound=c.off_policy.max_staleness))
+                              staleness_bound=c.off_policy.max_staleness, kl_penalty=c.kl_penalty,
+                              reference=run.reference))
     meter.add_training(time.perf_counter() - started, run.shape, *minibatch.trained_lengths())
+    if run.reference is not None:
+        meter.add_reference(run.shape, *minibatch.trained_lengths())
+        if c.kl_penalty.reset_due(version + 1):
+            run.reference.load_state_dict(run.model.state_dict())
     return metrics
 
 
@@ -412,6 +428,7 @@ class Run:
         torch.manual_seed(cfg.seed)
         self.rngs = rollout_rngs(cfg, device)
         self.eval_kwargs = evaluation_kwargs(cfg, self.c)
+        self.reference = reference_model(self.model) if self.c.kl_penalty.reference else None
         checkpoint = load_checkpoint(self.run_dir)
         self.resumed = checkpoint is not None
         self.extra: dict = {}
@@ -423,6 +440,8 @@ class Run:
             self.rngs["numpy"].bit_generator.state = checkpoint["rng"]["numpy"]
             torch.set_rng_state(checkpoint["rng"]["global"])
             self.extra = checkpoint.get("extra", {})
+            if self.reference is not None and "reference" in checkpoint:
+                self.reference.load_state_dict(checkpoint["reference"])
         meter = ComputeMeter(devices=devices, clock=clock_for(device))  # a checkpoint's clock replaces it
         self.ledger = RunLedger(cfg, self.run_dir, meter, self.c.curriculum, checkpoint)
 
@@ -472,5 +491,8 @@ class Run:
             "rng": {"torch": self.rngs["torch"].get_state(), "numpy": self.rngs["numpy"].bit_generator.state,
                     "global": torch.get_rng_state()},
             "extra": extra or {},
+            # A reset reference is a past policy: saved, so a resumed run penalizes toward the same one.
+            **({"reference": self.reference.state_dict()} if self.reference is not None
+               and self.c.kl_penalty.reset_every else {}),
         })
         self.ledger.checkpointed()

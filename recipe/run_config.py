@@ -240,6 +240,8 @@ class RecipeConfig:
     length_control: Dict[str, Any]
     off_policy: Dict[str, Any]
     precision: Dict[str, Any]
+    # Added after the others, so a default: no penalty (every recipe's but DeepSeek's; components/kl.py).
+    kl_penalty: Dict[str, Any] = dataclasses.field(default_factory=lambda: {"name": "none"})
     model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
     warm_start: WarmStartConfig = dataclasses.field(default_factory=WarmStartConfig)
     task: TaskConfig = dataclasses.field(default_factory=TaskConfig)

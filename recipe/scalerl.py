@@ -28,4 +28,5 @@ SCALERL = RecipeConfig(
     off_policy={"name": "pipeline_rl", "k": 8, "generator_devices": 1, "trainer_devices": 1, "timing": "real",
                 "trainer_speed": 3.4},
     precision={"name": "lm_head", "fp32_head": True},
+    kl_penalty={"name": "none"},
 )

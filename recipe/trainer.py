@@ -189,6 +189,15 @@ def _head_chunk(hidden, targets, weight, bias, precision, temperature: float, wi
     return logprobs, entropy
 
 
+def reference_logprobs(reference, precision, rollout: Rollout, rows: slice, width: int, temperature: float):
+    """The frozen reference model's logprobs (B, T) of a micro-batch's response tokens: one forward, no graph."""
+    P = rollout.prompt_width
+    with torch.no_grad():
+        logprobs, _ = sequence_logprobs(reference, precision, rollout.input_ids[rows, :P + width],
+                                        rollout.attention_mask[rows, :P + width], P, temperature)
+    return logprobs
+
+
 class StalenessError(RuntimeError):
     """A batch held a token older than the off-policy mode allows (a scheduling bug, never expected)."""
 
@@ -265,13 +274,15 @@ def combine_micro_batches(key: str, parts: list[tuple[float, float]]) -> float:
 
 def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggregation, precision,
                temperature: float, grad_clip: float, micro_batch_size: int = 0, micro_batch_tokens: int = 0,
-               gradient_checkpointing: bool = False, staleness_bound: int | None = None) -> dict[str, float]:
+               gradient_checkpointing: bool = False, staleness_bound: int | None = None, kl_penalty=None,
+               reference=None) -> dict[str, float]:
     """One optimizer step on `batch`; returns train metrics (loss, grad norm, entropy, ratios...).
 
     The minibatch runs in micro-batches (micro_batches: by rows and/or tokens), each cut to its own
     longest response; the aggregation's weights come from the whole minibatch, so the gradient is that
     of one pass. staleness_bound: the off-policy mode's bound; a token older than it raises
-    StalenessError before any weight changes.
+    StalenessError before any weight changes. kl_penalty with a `reference` model: each token's loss
+    gains coef * kl_t (components/kl.py), kl_t from the reference's logprobs of the same tokens.
     """
     staleness = batch.staleness()
     max_staleness = int(staleness.max()) if staleness.numel() else 0
@@ -284,7 +295,7 @@ def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggreg
     weights = aggregation.token_weights(mask, batch.group_ids)  # (B, T), sum_bt w l = the loss
     P = rollout.prompt_width
     total_loss, token_count = 0.0, float(mask.sum())
-    entropy_sum = mismatch_sum = 0.0
+    entropy_sum = mismatch_sum = kl_sum = 0.0
     component_metrics: dict[str, list[tuple[float, float]]] = {}  # key -> [(micro-batch tokens, value)]
     optimizer.zero_grad(set_to_none=True)
     response_lengths = rollout.attention_mask[:, P:].sum(1)
@@ -295,7 +306,13 @@ def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggreg
                                               with_entropy=True, gradient_checkpointing=gradient_checkpointing)
         advantages = batch.advantages[rows, None].expand_as(logprobs)
         output = loss_fn(logprobs, old, advantages, m)
-        loss = (weights[rows, :width] * output.per_token_loss).sum()
+        per_token_loss = output.per_token_loss
+        if reference is not None:
+            ref_logprobs = reference_logprobs(reference, precision, rollout, rows, width, temperature)
+            kl = kl_penalty.penalty(logprobs, ref_logprobs)
+            per_token_loss = per_token_loss + kl_penalty.coef * kl
+            kl_sum += float(kl.detach()[m].sum())
+        loss = (weights[rows, :width] * per_token_loss).sum()
         loss.backward()
         total_loss += float(loss.detach())
         entropy_sum += float(entropy[m].sum())
@@ -316,6 +333,8 @@ def train_step(model, optimizer, schedule, batch: TrainBatch, *, loss_fn, aggreg
         "train/staleness": float(staleness.float().mean()) if staleness.numel() else 0.0,
         "train/staleness_max": float(max_staleness),
     })
+    if reference is not None:
+        metrics["train/kl"] = kl_sum / max(token_count, 1.0)
     if max_staleness == 0:
         # Same weights on both sides: any gap is generator/trainer numerics (bf16 head, batching).
         metrics["train/logprob_mismatch"] = mismatch_sum / max(token_count, 1.0)

@@ -40,7 +40,7 @@ MLFLOW_PARENT_RUN_ID, MLFLOW_CHILD_RUNS = "parent_run_id", "child_runs"
 
 # config.yaml: the ablation axes (top-level keys, each {name: ..., params...}), in report order
 AXES = ("loss", "aggregation", "advantage_norm", "batch_filter", "curriculum", "length_control",
-        "off_policy", "precision")
+        "off_policy", "precision", "kl_penalty")
 # Flattened config keys left out of config diffs: they differ between jobs without changing the recipe.
 CONFIG_DIFF_IGNORED_PREFIXES = ("seed", "tracking.", "checkpoint.dir", "run_dir")
 

@@ -86,6 +86,13 @@ TRL_SUPPORT: dict[tuple[str, str], Support] = {
     ("off_policy", "ppo_off_policy"): config("steps_per_generation = k optimizer steps per generation "
                                              "(old logprobs recomputed by TRL at generation time)"),
     ("off_policy", "pipeline_rl"): config(ASYNC_GRPO_HOW),
+    ("kl_penalty", "none"): config("beta = 0: TRL keeps no reference model"),
+    ("kl_penalty", "reference"): emulated("beta = coef: TRL runs its reference model at generation time and our "
+                                          "kl_penalty turns its logprobs into the penalty (k1 or k3); reset_every N: "
+                                          "TRL's sync_ref_model every N steps, mixup alpha 1. A reset between a "
+                                          "generation's k minibatches reaches the next generation (native: the next "
+                                          "step), and a resumed run's reference is the starting model until its "
+                                          "next reset"),
     ("precision", "lm_head"): emulated("fp32_head true: cast_lm_head_to_fp32; false on a float32 body: the head's "
                                        "forward runs in bf16 as the native engine's does"),
 }
@@ -108,6 +115,7 @@ TRL_VERIFIED: dict[tuple[str, str], str] = {
     ("off_policy", "ppo_off_policy"): CPU_TEST,
     # Its config and refusals are tested on CPU; it needs a vLLM server on a GPU to run at all.
     ("off_policy", "pipeline_rl"): "GPU only, not verified here",
+    ("kl_penalty", "none"): CPU_TEST, ("kl_penalty", "reference"): CPU_TEST,
     ("precision", "lm_head"): f"{CPU_TEST}; {GPU_RUN} (fp32 head, bf16 body, H200)",
 }
 # The trl engine's own settings: (setting, how, verified).

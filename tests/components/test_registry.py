@@ -78,6 +78,7 @@ def test_every_axis_is_registered_with_the_issue_names():
         "length_control": {"interruption", "length_penalty", "none"},
         "off_policy": {"pipeline_rl", "ppo_off_policy"},
         "precision": {"lm_head"},
+        "kl_penalty": {"none", "reference"},
     }
     assert {axis: set(registry.names()) for axis, registry in REGISTRIES.items()} == expected
 

@@ -79,6 +79,20 @@ def test_resume_after_an_interruption_reproduces_the_uninterrupted_run(tiny_reci
     assert [comparable(r) for r in resumed] == [comparable(r) for r in reference]
 
 
+def test_a_kl_penalty_charges_its_reference_and_a_resume_keeps_the_reset_reference(tiny_recipe, tmp_path):
+    # reset every 3 steps, checkpoints at 4 and 8: the run resumed from step 4 must penalize toward step 3's policy
+    cfg = tiny_recipe("kl_penalty=reference", "kl_penalty.reset_every=3", "eval.every_steps=2", run_steps=12)
+    reference = train(cfg, tmp_path / "reference")
+    last = reference[-1]
+    # the reference's forward is one pass of the rows trained on, the training step's three: 1/4 of the total
+    assert last["compute/reference_flops"] == pytest.approx(last["compute/training_flops"] / 4)
+    assert all(record["train/kl"] > 0 for record in reference[1:])
+    interrupted = tmp_path / "interrupted"
+    train(cfg, interrupted, stop_at_step=7)
+    resumed = train(cfg, interrupted)
+    assert [comparable(r) for r in resumed] == [comparable(r) for r in reference]
+
+
 def test_a_slow_run_checkpoints_by_the_clock_between_step_checkpoints(tiny_recipe, tmp_path):
     from recipe.checkpoint import load_checkpoint
 

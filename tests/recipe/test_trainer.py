@@ -267,3 +267,57 @@ def test_micro_batches_bound_rows_and_tokens_and_train_a_long_row_alone():
         (slice(i, i + 1), n) for i, n in enumerate(lengths.tolist())]
     assert micro_batches(lengths, 4) == [(slice(0, 6), 20)]  # no bound: the whole minibatch, cut to its longest
     assert micro_batches(torch.tensor([0, 0]), 4) == [(slice(0, 2), 1)]  # an empty response still has a column
+
+
+def kl_step_gradients(model, batch, precision, kl_penalty, reference):
+    """The gradients AdamW receives from one train_step with this KL penalty (lr 0: the weights stay)."""
+    gradients = []
+
+    def record(optimizer, args, kwargs):
+        gradients.extend(p.grad.detach().clone() for group in optimizer.param_groups for p in group["params"])
+
+    optimizer, schedule = build_optimizer(model, OptimizerConfig(lr=0.0, warmup_steps=1))
+    hook = register_optimizer_step_pre_hook(record)
+    try:
+        metrics = train_step(model, optimizer, schedule, batch, loss_fn=REGISTRIES["loss"].build({"name": "cispo"}),
+                             aggregation=REGISTRIES["aggregation"].build({"name": "token_mean"}), precision=precision,
+                             temperature=1.0, grad_clip=1e9, kl_penalty=kl_penalty, reference=reference)
+    finally:
+        hook.remove()
+    return metrics, gradients
+
+
+def test_the_kl_penalty_adds_coef_times_the_estimators_gradient(tiny_model_dir):
+    model, tokenizer = load_model_dir(tiny_model_dir)
+    batch, precision = make_batch(model, tokenizer)
+    batch = TrainBatch(batch.rollout, torch.zeros_like(batch.advantages), batch.group_ids, version=0)  # no policy term
+    reference = copy.deepcopy(model).requires_grad_(False)
+    with torch.no_grad():  # a reference the policy has moved away from
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    mask = batch.rollout.loss_mask
+    from recipe.trainer import sequence_logprobs
+
+    def expected(estimator_of):  # d/dtheta of 0.5 * sum_t w_t kl_t, token_mean: w_t = 1 / tokens
+        model.zero_grad(set_to_none=True)
+        rollout = batch.rollout
+        logprobs, _ = sequence_logprobs(model, precision, rollout.input_ids, rollout.attention_mask,
+                                        rollout.prompt_width)
+        with torch.no_grad():
+            ref, _ = sequence_logprobs(reference, precision, rollout.input_ids, rollout.attention_mask,
+                                       rollout.prompt_width)
+        (0.5 * (estimator_of(logprobs, ref) * mask).sum() / mask.sum()).backward()
+        return [p.grad.detach().clone() for p in model.parameters()]
+
+    for estimator, formula in (("k1", lambda lp, ref: lp - ref),
+                               ("k3", lambda lp, ref: (ref - lp).exp() - (ref - lp) - 1)):
+        penalty = REGISTRIES["kl_penalty"].build({"name": "reference", "coef": 0.5, "estimator": estimator})
+        metrics, gradients = kl_step_gradients(model, batch, precision, penalty, reference)
+        for got, want in zip(gradients, expected(formula)):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-7)
+        assert metrics["train/kl"] != 0.0
+    # k3 against an identical reference: kl = 0 and so is its gradient, exp(d) - 1 at d = 0
+    k3 = REGISTRIES["kl_penalty"].build({"name": "reference", "estimator": "k3"})
+    metrics, gradients = kl_step_gradients(model, batch, precision, k3, copy.deepcopy(model).requires_grad_(False))
+    assert metrics["train/kl"] == pytest.approx(0.0, abs=1e-6)
+    assert all(float(g.abs().max()) < 1e-6 for g in gradients)

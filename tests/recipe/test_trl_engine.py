@@ -129,8 +129,10 @@ def test_the_launch_command_runs_accelerate_by_this_interpreter_on_a_free_port()
     # The same through TRL's colocated vLLM (the CPU build): the interruption samples each row to its own budget.
     ["aggregation=prompt_mean", "curriculum=no_positive_resampling", "length_control=interruption",
      "length_control.min_thinking=4", "length_control.max_thinking=7", "engine.vllm_mode=colocate"],
+    # DeepSeek's KL to a reference model TRL keeps, reset to the policy every 8 steps (TRL's sync_ref_model).
+    ["loss=grpo", "aggregation=sample_mean", "kl_penalty=reference", "kl_penalty.reset_every=8"],
 ], ids=["cispo", "dapo", "gspo", "grpo-sample-prompt", "adv-none-filter-none", "bf16-head-length-penalty", "k2",
-        "prompt-mean", "scalerl-base", "scalerl-base-vllm-colocate"])
+        "prompt-mean", "scalerl-base", "scalerl-base-vllm-colocate", "grpo-kl-reset"])
 def test_each_choice_trl_supports_trains_with_finite_losses_and_a_rising_pass_rate(tiny_learner_dir, tmp_path,
                                                                                     overrides):
     from tests.conftest import tiny_override_list
@@ -149,6 +151,8 @@ def test_each_choice_trl_supports_trains_with_finite_losses_and_a_rising_pass_ra
         assert math.isfinite(record["train/loss"]) and math.isfinite(record["train/grad_norm"])
         assert record["compute/device_seconds"] > 0 and record["compute/tokens"] > 0
     assert records[-1]["compute/device_seconds"] > records[1]["compute/device_seconds"]
+    if "kl_penalty=reference" in overrides:  # the penalty is computed and its reference forward charged
+        assert records[-1]["train/kl"] > 0 and records[-1]["compute/reference_flops"] > 0
     if "length_control=interruption" in overrides:  # AMD EPYC: ~24% of the samples interrupted
         assert records[-1]["rollout/interrupted_frac"] > 0.05
     # 128 evaluation samples a point: a rise of 0.08 is ~2 binomial standard deviations.
@@ -365,6 +369,18 @@ def test_two_processes_on_cpu_train_as_one_job_a_killed_rank_fails_it_and_the_re
 @pytest.mark.parametrize("aggregation", ["prompt_mean", "sample_mean", "token_mean"])
 def test_the_trl_engines_loss_and_gradients_are_the_native_trainers(tiny_model_dir, tiny_overrides, tmp_path, loss,
                                                                     aggregation):
+    assert_trl_loss_is_native(tiny_model_dir, tiny_overrides(*TRL_BASE, f"loss={loss}", f"aggregation={aggregation}"),
+                              tmp_path)
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k3"])
+def test_the_trl_engines_kl_penalty_is_the_native_trainers(tiny_model_dir, tiny_overrides, tmp_path, estimator):
+    """TRL's reference logprobs through our kl_penalty: the native trainer's loss and gradients, coef x kl_t added."""
+    assert_trl_loss_is_native(tiny_model_dir, tiny_overrides(*TRL_BASE, "kl_penalty=reference", "kl_penalty.coef=0.5",
+                                                             f"kl_penalty.estimator={estimator}"), tmp_path)
+
+
+def assert_trl_loss_is_native(tiny_model_dir, overrides, tmp_path):
     """One fixed batch (same weights, tokens, behaviour logprobs, advantages), 2 prompts x 3 samples of unequal
     lengths, one row filtered out: ScaleRLGRPOTrainer._compute_loss (our loss and aggregation components, the
     row weights TRL carries through its shuffle) gives the native trainer's loss and gradients within 1e-6,
@@ -378,7 +394,7 @@ def test_the_trl_engines_loss_and_gradients_are_the_native_trainers(tiny_model_d
     from recipe.tasks import build_task
     from recipe.trainer import sequence_logprobs
 
-    cfg = load_recipe(None, tiny_overrides(*TRL_BASE, f"loss={loss}", f"aggregation={aggregation}"))
+    cfg = load_recipe(None, overrides)
     model, tokenizer = load_model_dir(tiny_model_dir)
     components = build_components(cfg)
     trainer = build_trainer(cfg, model, tokenizer, build_task(cfg.task, tokenizer), components, tmp_path / "trl", "cpu")
@@ -395,6 +411,7 @@ def test_the_trl_engines_loss_and_gradients_are_the_native_trainers(tiny_model_d
     with torch.no_grad():  # behaviour logprobs a little off the current policy, so ratios and clips are exercised
         old, _ = sequence_logprobs(model, components.precision, input_ids, attention_mask, P)
     old = old + 0.3 * torch.randn(old.shape, generator=generator)
+    reference = old + 0.2 * torch.randn(old.shape, generator=generator)  # a reference's logprobs (kl_penalty only)
 
     def gradients():
         grads = [p.grad.clone() for p in model.parameters()]
@@ -413,6 +430,9 @@ def test_the_trl_engines_loss_and_gradients_are_the_native_trainers(tiny_model_d
     inputs = {"prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids), "completion_ids": completion_ids,
               "completion_mask": completion_mask, "advantages": advantages, "old_per_token_logps": old,
               "recipe_row_weights": row_weights(components.aggregation, lengths, group_ids)}
+    if components.kl_penalty.reference:
+        assert trainer.beta == cfg.kl_penalty["coef"]  # TRL keeps a reference model and computes its logprobs
+        inputs["ref_per_token_logps"] = reference
     trl_loss = trainer._compute_loss(model, inputs)
     trl_loss.backward()
     trl_grads = gradients()
@@ -420,7 +440,11 @@ def test_the_trl_engines_loss_and_gradients_are_the_native_trainers(tiny_model_d
     mask = completion_mask.bool()
     logprobs, _ = sequence_logprobs(model, components.precision, input_ids, attention_mask, P)
     output = components.loss(logprobs, old, advantages[:, None].expand_as(logprobs), mask)
-    native_loss = (components.aggregation.token_weights(mask, group_ids) * output.per_token_loss).sum()
+    per_token_loss = output.per_token_loss
+    if components.kl_penalty.reference:
+        kl = components.kl_penalty.penalty(logprobs, reference)
+        per_token_loss = per_token_loss + components.kl_penalty.coef * kl
+    native_loss = (components.aggregation.token_weights(mask, group_ids) * per_token_loss).sum()
     native_loss.backward()
     native_grads = gradients()
 

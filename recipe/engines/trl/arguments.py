@@ -55,6 +55,17 @@ def optimizer_arguments(cfg: RecipeConfig) -> dict[str, Any]:
     }
 
 
+def kl_arguments(cfg: RecipeConfig) -> dict[str, Any]:
+    """TRL's reference model and its resets for kl_penalty reference (beta 0: none kept, as the paper). TRL
+    computes the reference's logprobs; our kl_penalty component turns them into the penalty (recipe_loss)."""
+    if cfg.kl_penalty["name"] == "none":
+        return {"beta": 0.0}
+    reset_every = cfg.kl_penalty["reset_every"]
+    # mixup alpha 1: the reference becomes the policy (DeepSeek-R1's reset), not TRL's default blend of 0.6.
+    return {"beta": float(cfg.kl_penalty["coef"]), "sync_ref_model": reset_every > 0,
+            "ref_model_sync_steps": max(1, reset_every), "ref_model_mixup_alpha": 1.0}
+
+
 def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str, Any]:
     """The GRPOConfig keyword arguments that run `cfg` (one line per recipe setting)."""
     shape = batch_shape(cfg)
@@ -73,7 +84,7 @@ def trl_arguments(cfg: RecipeConfig, output_dir: Path, device: str) -> dict[str,
         "max_completion_length": cfg.rollout.max_new_tokens,
         "temperature": cfg.rollout.temperature, "top_p": 1.0, "top_k": 0,
         **loss_arguments(cfg),
-        "beta": 0.0,  # no KL penalty, as the paper
+        **kl_arguments(cfg),
         "scale_rewards": "none",  # replaced by our advantage_norm (ScaleRLGRPOTrainer)
         "mask_truncated_completions": False,  # a cut sample is trained on with reward -1, as native
         "cast_lm_head_to_fp32": bool(cfg.precision["fp32_head"]) and bf16_body,

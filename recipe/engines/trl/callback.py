@@ -106,6 +106,8 @@ class TrlRun:
             gen_wall, gen_cpu = generation["clock"]
             if j == 0:  # this step generated all k minibatches: count it once, in the meter's stats
                 meter.add_generation(gen_wall, self.shape, generation["prompt_lengths"], generation["lengths"])
+                if self.cfg.kl_penalty["name"] != "none":  # TRL's reference forward over the generation's rows
+                    meter.add_reference(self.shape, generation["prompt_lengths"], generation["lengths"])
                 self.ledger.pending.add(generation["metrics"])
                 wall, cpu = wall - gen_wall, cpu - gen_cpu
             rows = range(j * generation["rows_per_step"], (j + 1) * generation["rows_per_step"])
@@ -165,7 +167,7 @@ class RecipeCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         pending = self.run.ledger.pending
         for key, value in (logs or {}).items():
-            if key in ("loss", "grad_norm", "entropy"):
+            if key in ("loss", "grad_norm", "entropy", "kl"):
                 pending.add({f"train/{key}": float(value)})
             elif key.startswith("loss/"):  # our loss component's metrics, named as the native engine names them
                 pending.add({key: float(value)})

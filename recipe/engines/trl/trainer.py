@@ -157,9 +157,14 @@ def recipe_loss(trainer, model, inputs):
         mask = mask & (inputs["tool_mask"] != 0)
     output = trainer.recipe_components.loss(logprobs, old_logprobs, inputs["advantages"][:, None].expand_as(logprobs),
                                             mask)
-    weights = inputs["recipe_row_weights"][:, None] * mask
-    loss = (weights * output.per_token_loss).sum()
+    per_token_loss = output.per_token_loss
     metrics = trainer._metrics["train" if trainer.model.training else "eval"]
+    if "ref_per_token_logps" in inputs:  # kl_penalty reference: TRL ran the reference at generation time
+        kl = trainer.recipe_components.kl_penalty.penalty(logprobs, inputs["ref_per_token_logps"])
+        per_token_loss = per_token_loss + trainer.recipe_components.kl_penalty.coef * kl
+        metrics["kl"].append(float((kl.detach() * mask).sum() / mask.sum().clamp(min=1)))
+    weights = inputs["recipe_row_weights"][:, None] * mask
+    loss = (weights * per_token_loss).sum()
     metrics["entropy"].append(trainer.accelerator.gather(
         (entropies * mask).sum() / mask.sum().clamp(min=1)).nanmean().item())
     for key, value in output.metrics.items():
