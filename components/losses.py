@@ -76,26 +76,31 @@ def clipped_surrogate(ratio, advantages, eps_low: float, eps_high: float):
 
 @LOSSES.register("cispo")
 class CispoLoss(PolicyLoss):
-    """l_t = -sg(min(rho_t, eps_max)) * A_i * logp_t (CISPO, MiniMax-M1; the ScaleRL loss).
+    """l_t = -sg(clip(rho_t, eps_min, eps_max)) * A_i * logp_t (CISPO, MiniMax-M1; the ScaleRL loss).
 
     REINFORCE with a truncated, stop-gradient importance weight: a token with rho > eps_max keeps its
-    gradient, scaled by eps_max instead of dropped; there is no lower clip. eps_max is the paper's
-    absolute cap (4; 5 and 8 behave the same), not verl's delta form clip(rho, 1-e, 1+e).
+    gradient, scaled by eps_max instead of dropped. eps_max is the paper's absolute cap (4; 5 and 8
+    behave the same), not verl's delta form clip(rho, 1-e, 1+e). MiniMax-M1's two-sided form
+    clip(rho, 1 - eps_low, 1 + eps_high) is eps_min = 1 - eps_low, eps_max = 1 + eps_high; its eps_low is
+    large ("no lower bound"), so eps_min = 0, the default: the one-sided form, ScaleRL's.
     Metrics: loss/truncated_frac (tokens with rho > eps_max) and ratio statistics.
 
     Args:
         eps_max: the cap on the importance weight rho, > 0 (default 4.0).
+        eps_min: the floor on rho, in [0, eps_max) (default 0.0: none).
     """
 
-    def __init__(self, eps_max: float = 4.0) -> None:
+    def __init__(self, eps_max: float = 4.0, eps_min: float = 0.0) -> None:
         require(eps_max > 0, "eps_max", eps_max, "> 0 (an absolute cap on rho, e.g. 4)")
+        require(0 <= eps_min < eps_max, "eps_min", eps_min, f"in [0, eps_max) = [0, {eps_max}) (0: no floor)")
         self.eps_max = eps_max
+        self.eps_min = eps_min
 
     def __call__(self, logprobs, old_logprobs, advantages, mask) -> LossOutput:
         mask = mask != 0
         log_ratio, clamped = clamped_log_ratio(logprobs, old_logprobs, mask)
         ratio = log_ratio.detach().exp()
-        weight = ratio.clamp(max=self.eps_max)
+        weight = ratio.clamp(min=self.eps_min, max=self.eps_max)
         per_token = -(weight * advantages * logprobs.where(mask, 0)).where(mask, 0)
         metrics = ratio_metrics(log_ratio, mask, clamped)
         metrics["loss/truncated_frac"] = float(masked_mean((ratio > self.eps_max).float(), mask))

@@ -61,7 +61,7 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "off_policy.timing": "real", "off_policy.trainer_speed": 3.4, "replicate": 0,
                    "eval.control_variate": "none", "task.prompt_key": "prompt", "task.answer_key": "",
                    "task.part_key": "", "task.system_prompt": "", "length_control.depth": 1.0,
-                   "kl_penalty.name": "none"}
+                   "kl_penalty.name": "none", "loss.eps_min": 0.0}
 
 
 def merge_component(current: Mapping[str, Any] | None, value: Any, path: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from components.length_control import INTERRUPTION_PHRASE
 from recipe.run_config import RecipeConfig
 
 SCALERL = RecipeConfig(
-    loss={"name": "cispo", "eps_max": 4.0},
+    loss={"name": "cispo", "eps_max": 4.0, "eps_min": 0.0},
     aggregation={"name": "prompt_mean"},
     advantage_norm={"name": "batch"},
     batch_filter={"name": "zero_variance"},

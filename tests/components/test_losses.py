@@ -27,6 +27,20 @@ def test_cispo_truncates_the_weight_but_keeps_every_gradient():
     assert out.metrics["loss/ratio_max"] == pytest.approx(6.0)
 
 
+def test_cispo_two_sided_floors_the_weight_too():
+    # MiniMax-M1's clip(rho, 1 - eps_low, 1 + eps_high) with eps_low 0.4, eps_high 3: eps_min 0.6, eps_max 4.
+    # rho = [1, 6, 0.5] -> weight [1, 4, 0.6]; A = 2, logp = [-1, -2, -0.5] -> l = [2, 16, 0.6], grad [-2, -8, -1.2]
+    logprobs = leaf([[-1.0, -2.0, -0.5]])
+    old = torch.tensor([[-1.0, -2.0 - math.log(6.0), -0.5 + math.log(2.0)]], dtype=torch.float64)
+    out = CispoLoss(eps_max=4.0, eps_min=0.6)(logprobs, old, torch.full((1, 3), 2.0, dtype=torch.float64),
+                                              torch.ones(1, 3))
+    torch.testing.assert_close(out.per_token_loss.detach(), torch.tensor([[2.0, 16.0, 0.6]], dtype=torch.float64))
+    out.per_token_loss.sum().backward()
+    torch.testing.assert_close(logprobs.grad, torch.tensor([[-2.0, -8.0, -1.2]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="eps_min"):
+        CispoLoss(eps_max=4.0, eps_min=4.0)
+
+
 def test_dapo_zero_gradient_on_tokens_clipped_on_the_advantage_side():
     # eps_low 0.2, eps_high 0.26. Row 0 has A = +1, row 1 has A = -1 and one padding token.
     # l = -min(rho A, clip(rho, 0.8, 1.26) A);  d rho / d logp = rho.

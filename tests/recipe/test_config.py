@@ -32,7 +32,7 @@ def test_the_base_value_is_fully_resolved_and_valid():
 
 
 def test_scalerl_axis_choices_are_the_papers():
-    assert SCALERL.loss == {"name": "cispo", "eps_max": 4.0}
+    assert SCALERL.loss == {"name": "cispo", "eps_max": 4.0, "eps_min": 0.0}
     assert SCALERL.aggregation["name"] == "prompt_mean"
     assert SCALERL.advantage_norm["name"] == "batch"
     assert SCALERL.batch_filter["name"] == "zero_variance"
@@ -44,7 +44,7 @@ def test_scalerl_axis_choices_are_the_papers():
 def test_switching_a_component_takes_its_defaults_and_tuning_keeps_it(tmp_path):
     recipe = load_recipe(write(tmp_path, "loss: dapo\n"))
     assert recipe.loss == {"name": "dapo", "eps_low": 0.2, "eps_high": 0.26}
-    assert load_recipe(overrides=["loss.eps_max=5"]).loss == {"name": "cispo", "eps_max": 5}
+    assert load_recipe(overrides=["loss.eps_max=5"]).loss == {"name": "cispo", "eps_max": 5, "eps_min": 0.0}
     assert load_recipe(overrides=["precision.fp32_head=false"]).precision == {"name": "lm_head", "fp32_head": False}
     both = load_recipe(write(tmp_path, "loss: {name: dapo, eps_high: 0.28}\noptimizer: {lr: 3.0e-4}\n"),
                        overrides=["optimizer.warmup_steps=5"])

@@ -39,7 +39,7 @@ EXPECTED_VERDICTS = {  # with DEFAULT_SEEDS
     "precision=fp32_head=false": "ceiling mover",
 }
 BASE_CONFIG = {
-    "loss": {"name": "cispo", "eps_max": 4.0},
+    "loss": {"name": "cispo", "eps_max": 4.0, "eps_min": 0.0},
     "aggregation": {"name": "prompt_mean"},
     "advantage_norm": {"name": "batch"},
     "batch_filter": {"name": "zero_variance"},

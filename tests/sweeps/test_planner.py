@@ -17,7 +17,7 @@ LOO = REPO / "sweeps" / "loo.yaml"
 # Golden: (axis, choice) of every job of the shipped LOO spec and the field paths it changes.
 GOLDEN_LOO = [
     ("base", "base", []),
-    ("loss", "dapo", ["loss.eps_high", "loss.eps_low", "loss.eps_max", "loss.name"]),
+    ("loss", "dapo", ["loss.eps_high", "loss.eps_low", "loss.eps_max", "loss.eps_min", "loss.name"]),
     ("aggregation", "sample_mean", ["aggregation.name"]),
     ("advantage_norm", "prompt", ["advantage_norm.name"]),
     ("batch_filter", "none", ["batch_filter.name"]),
