@@ -10,6 +10,7 @@ advantages, `train_on` takes one optimizer step and charges its compute. The syn
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +99,10 @@ class Samples:
     rewards: torch.Tensor  # (B,) float, after length control's shaping, on CPU
     seconds: float  # generation wall-clock
     cpu_seconds: float = 0.0  # generation CPU time of the generating process (recipe/compute.py)
+    # Dynamic sampling (recipe/dynamic_sampling.py): (prompt, response) lengths of the rows sampled for this
+    # minibatch and left out, charged with it; and its rounds' metrics.
+    discarded: tuple[list[int], list[int]] = ((), ())
+    metrics: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclass
@@ -187,6 +192,10 @@ def assemble_minibatch(samples: Samples, c: Components, task=None) -> Minibatch:
     mixture's `task`, each part's pass rate too)."""
     rollout, correct, rewards = samples.rollout, samples.correct, samples.rewards
     P = len(samples.prompt_ids)
+    discarded_prompt, discarded_response = map(list, samples.discarded)
+    if not P:  # dynamic sampling found no varied group: nothing to train on, what was sampled still charged
+        return Minibatch(None, dict(samples.metrics), samples.seconds, discarded_prompt, discarded_response,
+                         cpu_seconds=samples.cpu_seconds)
     G = len(correct) // P
     lengths = rollout.lengths.cpu()
     group_ids = torch.arange(P).repeat_interleave(G)  # (B,) sample i belongs to prompt i // G
@@ -203,8 +212,9 @@ def assemble_minibatch(samples: Samples, c: Components, task=None) -> Minibatch:
     metrics = rollout_metrics(correct, rewards, lengths, rollout.truncated.cpu(), rollout.interrupted.cpu(), keep, G)
     if task is not None:
         metrics.update(part_pass_rates(correct, [task.train[i].part for i in samples.prompt_ids], G))
-    return Minibatch(batch, metrics, samples.seconds, real_prompt.tolist(), lengths.tolist(),
-                     cpu_seconds=samples.cpu_seconds)
+    metrics.update(samples.metrics)
+    return Minibatch(batch, metrics, samples.seconds, real_prompt.tolist() + discarded_prompt,
+                     lengths.tolist() + discarded_response, cpu_seconds=samples.cpu_seconds)
 
 
 def rollout_metrics(correct, rewards, lengths, truncated, interrupted, keep, G: int) -> dict[str, float]:

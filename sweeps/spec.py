@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, Literal, Optional, Tuple
 
 from components.registry import ConfigError, describe_value, shown_key
+from recipe.presets import SCALERL, looks_like_a_name, preset_names, preset_path
 from recipe.config import (MAX_SEED, build_dataclass, check_no_interpolation, check_output_path, check_section,
                            load_config_file, read_yaml)
 from sweeps.slurm_options import check_slurm_options
@@ -364,25 +365,37 @@ def check_output_dir(spec: SweepSpec) -> None:
         raise ConfigError(f"{key}: {str(path)!r} holds {other}, not {spec.name!r}; {fix}")
 
 
-BASE_FIX = "a base is `scalerl` or a recipe YAML path relative to the spec file"
+BASE_FIX = (f"a base is a preset name ({', '.join(preset_names())}) or a recipe YAML path relative to the spec "
+            "file")
 
 
 def base_source(spec: SweepSpec) -> Path | None:
-    """None for the built-in ScaleRL recipe, else the recipe YAML (relative to the spec file).
+    """None for the built-in ScaleRL recipe, a shipped preset's file (recipe/presets.py), else the recipe YAML
+    (relative to the spec file).
 
     Checked here, where sweep and tune specs both resolve their base: the path must be a recipe
     YAML file (a mapping of recipe keys), or the error says what a base must be.
     """
-    if spec.base == "scalerl":
+    return resolve_base(spec.base, Path(spec.root), "base")
+
+
+def resolve_base(base: str, root: Path, key: str) -> Path | None:
+    """base_source for one base named at `key`: None (scalerl), a preset's file or the checked YAML path."""
+    if base == SCALERL:
         return None
-    path = Path(spec.base)
-    path = path if path.is_absolute() else Path(spec.root) / path
+    if preset_path(base) is not None:
+        return preset_path(base)
+    if looks_like_a_name(base) and not (root / base).exists():
+        raise ConfigError(f"{key}: got {base!r}, no such preset; presets: {', '.join(preset_names())} (or a recipe "
+                          "YAML path relative to the spec file)")
+    path = Path(base)
+    path = path if path.is_absolute() else root / path
     if path.is_dir():
-        raise ConfigError(f"base: got {spec.base!r}, a directory ({path}); {BASE_FIX}")
+        raise ConfigError(f"{key}: got {base!r}, a directory ({path}); {BASE_FIX}")
     if not path.is_file():
-        raise ConfigError(f"base: got {spec.base!r}, no such file ({path}); {BASE_FIX}")
+        raise ConfigError(f"{key}: got {base!r}, no such file ({path}); {BASE_FIX}")
     try:
         read_yaml(path)
     except ConfigError as error:
-        raise ConfigError(f"base: got {spec.base!r}: {error}; {BASE_FIX}") from None
+        raise ConfigError(f"{key}: got {base!r}: {error}; {BASE_FIX}") from None
     return path

@@ -22,7 +22,25 @@ from typing import Callable
 
 from recipe.compute import ComputeMeter, clocks, since
 from recipe.config import RecipeConfig
-from recipe.run import Run, assemble_minibatch, devices_held, sample_round, train_on
+from recipe.dynamic_sampling import fill_minibatch
+from recipe.run import Run, Samples, assemble_minibatch, devices_held, sample_groups, sample_round, train_on
+
+
+def refill(run: Run, samples: Samples) -> Samples:
+    """Dynamic sampling's minibatch (recipe/dynamic_sampling.py): more prompts from the curriculum, sampled with
+    the round's frozen weights (version run.step), until P groups have rewards that differ."""
+    cfg, c = run.cfg, run.c
+
+    def sample_more(count: int) -> Samples:
+        return sample_groups(run.generator, run.task, c, cfg, c.curriculum.sample(count), run.rngs,
+                             policy_version=run.step)
+
+    def on_dropped(dropped: Samples, groups: list[int]) -> None:
+        G = len(dropped.correct) // len(dropped.prompt_ids)
+        pass_rates = dropped.correct.view(-1, G).float().mean(dim=1)
+        c.curriculum.update([dropped.prompt_ids[j] for j in groups], [float(pass_rates[j]) for j in groups])
+
+    return fill_minibatch(samples, sample_more, c.batch_filter.max_rounds, on_dropped)
 
 
 def train_native(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
@@ -45,9 +63,10 @@ def train_native(cfg: RecipeConfig, run_dir: str | Path, *, device: str,
             #    The curriculum picks every minibatch's prompts first, then they are sampled together.
             k = min(run.c.off_policy.k, cfg.max_steps - run.step)
             orders = [run.c.curriculum.sample(cfg.rollout.prompts_per_batch) for _ in range(k)]
-            round_ = [assemble_minibatch(samples, run.c, run.task)
-                      for samples in sample_round(run.generator, run.task, run.c, cfg, orders, run.rngs,
-                                                  policy_version=run.step)]
+            sampled = sample_round(run.generator, run.task, run.c, cfg, orders, run.rngs, policy_version=run.step)
+            if run.c.batch_filter.max_rounds > 1:  # dynamic sampling: refill each minibatch's dropped groups
+                sampled = [refill(run, samples) for samples in sampled]
+            round_ = [assemble_minibatch(samples, run.c, run.task) for samples in sampled]
             # 2. k optimizer steps, minibatch j after j updates since it was sampled.
             for minibatch in round_:
                 started = clocks()

@@ -75,6 +75,8 @@ TRL_SUPPORT: dict[tuple[str, str], Support] = {
     ("batch_filter", "zero_variance"): emulated("a filtered group's loss mask is zeroed: no gradient, and the "
                                                 "aggregation's weights count only kept rows, as native"),
     ("batch_filter", "none"): config("TRL's default: zero-variance groups stay, with advantage 0"),
+    ("batch_filter", "dynamic_sampling"): refused("TRL generates each generation batch once, for its k steps: it "
+                                                  "has no hook to sample more prompts for a minibatch"),
     ("curriculum", "uniform"): emulated(CURRICULUM_HOW),
     ("curriculum", "no_positive_resampling"): emulated(CURRICULUM_HOW + "; the retired set is saved in TRL's "
                                                       "checkpoints"),
@@ -178,6 +180,11 @@ def check_engine(recipe: Mapping[str, Any]) -> None:
                                     "for engine native (or engine.name trl)")
         if recipe["engine"]["vllm_mode"] is not None:
             raise UnsupportedRecipe("engine.vllm_mode: only engine trl uses it; set it to null for engine native")
+        if recipe["batch_filter"]["name"] == "dynamic_sampling" and recipe["off_policy"]["name"] == "pipeline_rl":
+            raise UnsupportedRecipe("batch_filter: dynamic_sampling cannot run with off_policy pipeline_rl (its "
+                                    "generator streams each minibatch's groups as the trainer takes them, and a refill "
+                                    "would need more prompts in flight); use off_policy ppo_off_policy, or "
+                                    "batch_filter zero_variance (ScaleRL's drop-only form)")
         if recipe["engine"]["num_processes"] != 1:
             raise UnsupportedRecipe("engine.num_processes: the native engine runs one process per role; "
                                     "set engine.num_processes 1 (use off_policy pipeline_rl's *_devices to split "

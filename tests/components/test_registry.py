@@ -73,7 +73,7 @@ def test_every_axis_is_registered_with_the_issue_names():
         "loss": {"cispo", "dapo", "gspo", "grpo"},
         "aggregation": {"prompt_mean", "sample_mean", "token_mean"},
         "advantage_norm": {"batch", "prompt", "none"},
-        "batch_filter": {"zero_variance", "none"},
+        "batch_filter": {"zero_variance", "none", "dynamic_sampling"},
         "curriculum": {"no_positive_resampling", "uniform"},
         "length_control": {"interruption", "length_penalty", "none"},
         "off_policy": {"pipeline_rl", "ppo_off_policy"},

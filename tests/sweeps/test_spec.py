@@ -82,7 +82,8 @@ def test_interpolation_in_a_spec_built_in_code_is_refused():
 
 
 def test_base_that_is_not_a_recipe_says_what_a_base_must_be(tmp_path):
-    fix = "a base is `scalerl` or a recipe YAML path relative to the spec file"
+    fix = ("a base is a preset name (scalerl, dapo, dapo_authors, deepseek_grpo, deepseek_grpo_authors, magistral, "
+           "minimax_m1, minimax_m1_authors) or a recipe YAML path relative to the spec file")
     (tmp_path / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1::/usr/sbin:/usr/sbin/nologin\n")
     with pytest.raises(ConfigError, match=r"spec\.yaml: base: got 'passwd': .*passwd: not a recipe YAML \(a mapping "
                                           r"of recipe keys: loss, .*; " + re.escape(fix)) as error:
