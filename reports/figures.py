@@ -155,16 +155,19 @@ def _style_curve_axes(ax, budget) -> None:
     ax.set_ylabel("validation pass rate R")
 
 
-def curves_figure(fits):
-    """Every variant's curve against compute with its fit, extrapolation to target and 95% band."""
+def curves_figure(fits, title: str = "Compute-performance curves", names: dict[str, str] | None = None):
+    """Every variant's curve against compute with its fit, extrapolation to target and 95% band; `names` relabels
+    variants in the legend (a recipes sweep's: "recipe=dapo" -> "dapo")."""
     budget = fits.data.budget
     colours = variant_colours(list(fits.data.variants()))
+    names = names or {}
     with plt.rc_context(STYLE):
-        fig = _new_figure(f"Compute-performance curves: fit on C <= {budget.fit_at:g}, "
+        fig = _new_figure(f"{title}: fit on C <= {budget.fit_at:g}, "
                           f"extrapolated to {budget.target:g} {UNIT_LABELS.get(budget.unit, budget.unit)}")
         ax = fig.add_axes([0.07, 0.1, 0.6, 0.8])
         for name, v in fits.variants.items():
-            _draw_variant(ax, v, budget, colours[name], legend_label(name, f"A = {v.prediction_fit.a:.3f}, "
+            _draw_variant(ax, v, budget, colours[name], legend_label(names.get(name, name),
+                                                                      f"A = {v.prediction_fit.a:.3f}, "
                                                                       f"B = {v.prediction_fit.b:.2f}"),
                           forecasts=fits.forecasts)
         for name in fits.failures:  # still worth seeing: why it could not be fitted is often visible

@@ -290,7 +290,7 @@ def _diff_pages(fits) -> list:
 
 
 # The pages also saved as PNG.
-FIGURES = ("scan", "curves", "variants", "parts", "downstream", "fixed_a_slopes", "deltas", "power_law",
+FIGURES = ("scan", "recipes", "curves", "variants", "parts", "downstream", "fixed_a_slopes", "deltas", "power_law",
            "diagnostics")
 
 
@@ -323,7 +323,12 @@ def report_pages(fits, *, power_law: bool = False) -> list[tuple[str, object]]:
     power = _power_page(fits)
     if power is not None:
         pages.append(("power", power))
-    if not fits.data.evals.empty:
+    recipes = fits.data.meta.get(schema.SWEEP_RECIPES)
+    if recipes and fits.variants:  # whole recipes side by side: the paper's Figure 2
+        names = {schema.BASE: f"{recipes['reference']} (reference)",
+                 **{f"recipe={name}": name for name in recipes["compare"]}}
+        pages.append(("recipes", figures.curves_figure(fits, "Recipes side by side (the paper's Figure 2)", names)))
+    elif not fits.data.evals.empty:
         pages.append(("curves", figures.curves_figure(fits)))
     if fits.variants:
         pages.append(("variants", figures.panels_figure(fits)))

@@ -89,6 +89,7 @@ TAG_SWEEP = "scalerl.sweep"  # on the sweep's parent run: the sweep name
 TAG_RUN_ID, TAG_AXIS, TAG_CHOICE = "scalerl.run_id", "scalerl.axis", "scalerl.choice"
 TAG_VARIANT, TAG_SEED = "scalerl.variant", "scalerl.seed"
 TAG_SCAN_KEY, TAG_SCAN_VALUE = "scalerl.scan_key", "scalerl.scan_value"  # a scan's jobs: the key and its value
+SWEEP_RECIPES = "recipes"  # sweep.json: {reference, compare (names, the reference first)} of a recipes sweep; null else
 SWEEP_SCAN = "scan"  # sweep.json: {key, values (the reference first), reference} of a scan; null for a LOO
 TAG_VERDICT = "scalerl.verdict"  # written by reports: the variant's LOO verdict
 TAG_FIT_FLAGS = "scalerl.fit_flags"  # written by reports: trust flags of the run's fit, comma-separated

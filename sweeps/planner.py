@@ -20,7 +20,9 @@ from components import REGISTRIES
 from components.registry import ConfigError, shown_key
 from recipe.config import RecipeConfig, compose_data, compose_recipe, flatten_config, params_layer, run_id, to_dict
 from recipe.engines.launch import Machines, accelerate_config, is_launched, launch_command, planned_machines
-from sweeps.spec import BudgetSpec, SweepSpec, base_source, output_dir
+from sweeps.recipes import RECIPE, check_recipes
+from sweeps.recipes import label as recipe_label
+from sweeps.spec import BudgetSpec, SweepSpec, base_source, output_dir, resolve_base
 
 BASE = "base"
 
@@ -35,6 +37,7 @@ class Job:
     run_dir: Path
     scan_key: str | None = None  # a scan's job: the scanned recipe key and this job's value of it
     scan_value: Any = None
+    recipe_name: str | None = None  # a recipes sweep's job: the recipe it runs (sweeps/recipes.py)
 
     @property
     def variant(self) -> str:
@@ -86,6 +89,8 @@ def plan_sweep(spec: SweepSpec) -> list[Job]:
     runs_dir = output_dir(spec) / "runs"
     if spec.scan:
         return finish_plan(spec, plan_scan(spec, source, runs_dir))
+    if spec.recipes:
+        return finish_plan(spec, plan_recipes(spec, runs_dir))
     # The overrides are composed once and every variant over them; a variant's seeds differ from it in
     # `seed` alone (its range is the spec's seeds check), so a plan is linear in jobs at a few ms each.
     overrides = [("overrides", spec.overrides)] if spec.overrides else []
@@ -143,6 +148,31 @@ def check_metric(metric: str, jobs: list[Job]) -> None:
                 "use whole (this task has no parts: task.parts names them)"
             raise ConfigError(f"budget.metric: got {metric!r}, but {planned.variant}'s task evaluates no set of that "
                               f"name; {fix}")
+
+
+def plan_recipes(spec: SweepSpec, runs_dir: Path) -> list[Job]:
+    """A recipes sweep's jobs (sweeps/recipes.py): the reference x seeds as the base, then every other recipe x
+    seeds. Each recipe is composed over the spec's overrides and its own; an error names the recipe."""
+    recipes = check_recipes(spec.recipes)
+    overrides = [("overrides", spec.overrides)] if spec.overrides else []
+    jobs, seen = [], {}
+    for name in recipes.names:
+        source = resolve_base(name, Path(spec.root), f"recipes.compare ({name})")
+        own = [(f"recipes.overrides.{name}", recipes.overrides[name])] if name in recipes.overrides else []
+        try:
+            recipe = compose_recipe(source, [*overrides, *own])
+        except ConfigError as error:
+            raise ConfigError(f"recipes.compare ({name}): {error}") from None
+        identity = run_id(dataclasses.replace(recipe, seed=spec.seeds[0]))
+        if identity in seen:
+            raise ConfigError(f"recipes.compare: {name} gives the same recipe as {seen[identity]}; list it once")
+        seen[identity] = name
+        axis, shown = (BASE if name == recipes.reference else RECIPE), recipe_label(name)
+        for seed in spec.seeds:
+            seeded = dataclasses.replace(recipe, seed=seed)
+            identifier = run_id(seeded)
+            jobs.append(Job(identifier, axis, shown, seed, seeded, runs_dir / identifier, recipe_name=shown))
+    return jobs
 
 
 def plan_scan(spec: SweepSpec, source: Path | None, runs_dir: Path) -> list[Job]:

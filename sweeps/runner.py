@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 
 from components.registry import ConfigError
 from sweeps.job import TRAINED_ELSEWHERE, TrainingJob
-from sweeps.planner import Job, check_jobs_can_run, check_size, plan_sweep
+from sweeps.planner import BASE, Job, check_jobs_can_run, check_size, plan_sweep
 from sweeps.progress import collect_progress, format_progress
 from sweeps.spec import SweepSpec, base_source, check_output_dir, output_dir
 from recipe.tracking import read_json_file, write_text_atomic
@@ -53,9 +53,11 @@ def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None
     if not isinstance(created, str):
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_json_atomic(info_path, {
-        "name": spec.name, "base": spec.base, "seeds": list(spec.seeds),
+        "name": spec.name, "base": recipes_record(jobs)["reference"] if spec.recipes else spec.base,
+        "seeds": list(spec.seeds),
         "budget": dataclasses.asdict(spec.budget), "executor": spec.executor.name,
-        "axes": spec.axes, "scan": scan_record(jobs), "created": created, "machine": machine_description(),
+        "axes": spec.axes, "scan": scan_record(jobs), "recipes": recipes_record(jobs), "created": created,
+        "machine": machine_description(),
     })
     # The spec with absolute paths, so `sweep status <sweep_dir>` works from any directory.
     frozen = dataclasses.asdict(spec)
@@ -80,6 +82,16 @@ def scan_record(jobs: list[Job]) -> dict | None:
         return None
     values = list({repr(job.scan_value): job.scan_value for job in scanned}.values())
     return {"key": scanned[0].scan_key, "values": values, "reference": values[0]}
+
+
+def recipes_record(jobs: list[Job]) -> dict | None:
+    """sweep.json's recipes: the reference and every recipe compared, in plan order; None unless a recipes sweep.
+    The report's Figure-2 page reads it (reports/pdf.py)."""
+    names = list(dict.fromkeys(job.recipe_name for job in jobs if job.recipe_name is not None))
+    if not names:
+        return None
+    reference = next(job.recipe_name for job in jobs if job.axis == BASE)
+    return {"reference": reference, "compare": names}
 
 
 INPUT_ERROR_PREFIX = "input error: "

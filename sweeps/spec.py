@@ -138,6 +138,9 @@ class SweepSpec:
     axes: Dict[str, Any] = dataclasses.field(default_factory=dict)
     # A scaling scan instead of axes: {<dotted recipe key>: [values], reference: v} (sweeps/scan.py).
     scan: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Whole recipes compared instead of axes: {compare: [names], reference: name, overrides: {name: keys}}
+    # (sweeps/recipes.py).
+    recipes: Dict[str, Any] = dataclasses.field(default_factory=dict)
     seeds: Tuple[int, ...] = (0,)
     overrides: Dict[str, Any] = dataclasses.field(default_factory=dict)
     executor: ExecutorSpec = dataclasses.field(default_factory=ExecutorSpec)
@@ -278,6 +281,14 @@ def check_spec_values(spec: SweepSpec) -> None:
         if spec.axes:
             raise ConfigError("scan: a spec is a LOO (axes) or a scan, not both; move the scan to a spec of its own")
         check_scan(spec.scan)
+    if spec.recipes:
+        from sweeps.recipes import check_recipes
+
+        if spec.axes or spec.scan:
+            raise ConfigError(f"recipes: a spec compares whole recipes, or runs a LOO (axes) or a scan, not both; "
+                              f"move the {'axes' if spec.axes else 'scan'} to a spec of its own (its base: one of "
+                              "the recipes)")
+        check_recipes(spec.recipes)
     for variant, step in spec.faults.items():
         if not (isinstance(step, int) and not isinstance(step, bool) and step >= 0):
             raise ConfigError(f"faults.{shown_key(variant)}: got {describe_value(step)}, expected a training step >= 0")
@@ -298,6 +309,9 @@ def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> Swe
     check_no_interpolation(data, source)
     data = with_root(data, source, root)
     try:
+        if "recipes" in data and "base" in data:
+            raise ConfigError("base: a recipes spec names its recipes in recipes.compare and its reference in "
+                              "recipes.reference; remove base")
         check_section(data, SweepSpec, "")
         spec: SweepSpec = build_dataclass(SweepSpec, data)
         check_spec_values(spec)

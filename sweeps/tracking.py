@@ -102,6 +102,8 @@ def job_tags(job: Job, parent_run_id: str) -> dict[str, str]:
     }
     if job.scan_key is not None:
         tags.update({"scalerl.scan_key": job.scan_key, "scalerl.scan_value": str(job.scan_value)})
+    if job.recipe_name is not None:  # a recipes sweep: compare runs by recipe in the UI
+        tags["scalerl.recipe"] = job.recipe_name
     return tags
 
 

@@ -104,8 +104,10 @@ SWEEP_SPECS = sorted(path for path in (REPO / "sweeps").glob("*.yaml") if not pa
 def test_every_shipped_spec_loads_and_plans(path):
     spec = load_spec(path)
     jobs = plan_sweep(spec)
-    # a LOO: the base and one variant per axis; a scan (sweeps/scan.py): one variant per scanned value
-    variants = len(next(iter(spec.scan.values()))) if spec.scan else 1 + len(spec.axes)
+    # a LOO: the base and one variant per axis; a scan (sweeps/scan.py): one variant per scanned value; a recipes
+    # sweep (sweeps/recipes.py): one per recipe
+    variants = (len(next(iter(spec.scan.values()))) if spec.scan else len(spec.recipes["compare"]) if spec.recipes
+                else 1 + len(spec.axes))
     assert jobs[0].axis == BASE and len({job.variant for job in jobs}) == variants
 
 
