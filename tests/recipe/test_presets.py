@@ -61,6 +61,18 @@ def test_a_spec_names_a_preset_as_its_base_and_an_unknown_name_lists_them(tmp_pa
         plan_sweep(load_spec(spec))
 
 
+def test_a_scan_runs_on_a_preset_as_its_base(tmp_path):
+    from sweeps.planner import plan_sweep
+    from sweeps.spec import load_spec
+
+    spec = tmp_path / "scan.yaml"
+    spec.write_text("name: s\nbase: minimax_m1\nscan: {rollout.prompts_per_batch: [16, 32], reference: 32}\n"
+                    "budget: {unit: flops, fit_at: 1.0e+12, target: 2.0e+12}\n")
+    jobs = plan_sweep(load_spec(spec))
+    assert [job.recipe.rollout.prompts_per_batch for job in jobs] == [32, 16]
+    assert all(job.recipe.optimizer.beta2 == 0.95 and job.recipe.loss["name"] == "cispo" for job in jobs)
+
+
 TRL_REFUSALS = {
     "dapo_authors": "batch_filter: dynamic_sampling cannot run on engine trl",
     "minimax_m1_authors": "batch_filter: dynamic_sampling cannot run on engine trl",
