@@ -68,3 +68,19 @@ def check_recipes(section: Mapping[str, Any]) -> Recipes:
 def label(name: str) -> str:
     """A recipe's name as its variant shows it: a preset's name, a recipe file's stem."""
     return Path(name).stem if name.endswith((".yaml", ".yml")) else name
+
+
+def absolute_recipes(section: Mapping[str, Any], root: Path) -> dict[str, Any]:
+    """The section with every recipe file named by its absolute path (in compare, reference and overrides alike),
+    so a frozen spec read from another folder names the same files; preset names stay."""
+    from recipe.presets import looks_like_a_name
+
+    def absolute(name: str) -> str:
+        return name if looks_like_a_name(name) else str((root / name).resolve())
+
+    out = {**section, "compare": [absolute(name) for name in section["compare"]]}
+    if "reference" in section:
+        out["reference"] = absolute(section["reference"])
+    if section.get("overrides"):
+        out["overrides"] = {absolute(name): layer for name, layer in section["overrides"].items()}
+    return out

@@ -30,6 +30,7 @@ from sweeps.job import TRAINED_ELSEWHERE, TrainingJob
 from sweeps.planner import BASE, Job, check_jobs_can_run, check_size, plan_sweep
 from sweeps.progress import collect_progress, format_progress
 from sweeps.spec import SweepSpec, base_source, check_output_dir, output_dir
+from sweeps.recipes import absolute_recipes
 from recipe.tracking import read_json_file, write_text_atomic
 from sweeps.state import (DONE, FAILED, PENDING, RUNNING, DriverLock, JobState, is_done, is_locked, read_state,
                           write_json_atomic, write_state)
@@ -64,6 +65,9 @@ def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None
     del frozen["root"]
     source = base_source(spec)
     frozen["base"] = "scalerl" if source is None else str(source.resolve())
+    if spec.recipes:  # its recipes, not a base; a recipe file's path made absolute as the base's is
+        del frozen["base"]
+        frozen["recipes"] = absolute_recipes(spec.recipes, Path(spec.root))
     frozen["output_dir"] = str(sweep_dir.resolve())
     frozen["seeds"] = list(spec.seeds)
     write_text_atomic(sweep_dir / "spec.yaml", OmegaConf.to_yaml(OmegaConf.create(frozen)))  # status reads it

@@ -309,7 +309,7 @@ def spec_from_dict(data: Mapping[str, Any], source: str, root: str = ".") -> Swe
     check_no_interpolation(data, source)
     data = with_root(data, source, root)
     try:
-        if "recipes" in data and "base" in data:
+        if data.get("recipes") and "base" in data:
             raise ConfigError("base: a recipes spec names its recipes in recipes.compare and its reference in "
                               "recipes.reference; remove base")
         check_section(data, SweepSpec, "")

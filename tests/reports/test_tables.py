@@ -43,7 +43,7 @@ def test_changed_axis_names_the_base_and_the_alternative(sweep_fits):
                        "precision=fp32_head=false": "precision.fp32_head: True -> False"}
     assert config_diff(sweep_fits.data, "loss=dapo") == [
         ("loss.eps_high", "(absent)", "0.26"), ("loss.eps_low", "(absent)", "0.2"),
-        ("loss.eps_max", "4.0", "(absent)"), ("loss.name", "cispo", "dapo")]
+        ("loss.eps_max", "4.0", "(absent)"), ("loss.eps_min", "0.0", "(absent)"), ("loss.name", "cispo", "dapo")]
 
 
 def test_run_table_holds_each_jobs_own_fit(sweep_fits):

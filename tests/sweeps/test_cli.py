@@ -14,8 +14,8 @@ def test_components_lists_every_axis_and_name_with_formula(capsys):
         assert f"\n{axis}:\n" in out
         for name in registry.names():
             assert f" {name}(" in out
-    assert "* cispo(eps_max: float = 4.0)" in out
-    assert "l_t = -sg(min(rho_t, eps_max)) * A_i * logp_t" in out
+    assert "* cispo(eps_max: float = 4.0, eps_min: float = 0.0)" in out
+    assert "l_t = -sg(clip(rho_t, eps_min, eps_max)) * A_i * logp_t" in out
     assert "dapo(eps_low: float = 0.2, eps_high: float = 0.26)" in out
 
 

@@ -33,6 +33,7 @@ def test_a_recipes_sweep_runs_each_recipe_on_paired_seeds_and_reports_figure_2(t
     spec.write_text(RECIPES.format(overrides=TINY_JOB_OVERRIDES, out=out))
     assert main(["run", str(spec)]) == 0
     assert_complete_curves(out, 4)
+    assert main(["status", str(out)]) == 0  # the frozen spec reads back from the sweep directory
     meta = json.loads((out / "sweep.json").read_text())
     assert meta["recipes"] == {"reference": "scalerl", "compare": ["scalerl", "dapo"]} and meta["base"] == "scalerl"
     table = pd.read_csv(out / schema.LOO_TABLE_FILE)
