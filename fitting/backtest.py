@@ -9,16 +9,19 @@ how far the prediction moves when its window is cut short, plus the fit's rmse).
 sweep's runs the scores calibrate the forward interval as split-conformal prediction does (Vovk et al.
 2005; Lei et al. 2018; scaled scores as in its locally weighted form):
 
-    q = the k-th smallest score, k = ceil((n + 1) * level), over n back-test scores;
-    interval = predicted +- q * s_forward,
+    b = the back-tests' mean error (their bias);
+    q = the k-th smallest score |e - b| / s, k = ceil((n + 1) * level), over n back-tests;
+    interval = (predicted - b) +- q * s_forward,
 
 which covers the observed end with probability >= level when the forward score is exchangeable with
 the back-tests' (nearly so here: a run's up to three back-tests are correlated, and an earlier stretch
 of a curve is not its later one; hence the coverage measured in BENCHMARKS.md). Nothing assumes the
 bootstrap's independent points or the sigmoid's shape: a curve that rises past its window's shoulder
 made its back-tests miss too, so q widens with it. Too few back-tests for the level (k > n) give
-q = inf: "cannot tell yet", not a number. A mean error (a bias) is reported, not subtracted
-(BENCHMARKS.md, "Predictions that know when they are wrong").
+q = inf: "cannot tell yet", not a number. The bias the back-tests share is taken off the interval's centre
+(the fit's own prediction is left as it is): on the demo's seeds 0-2 the intervals around the raw
+predictions held 81% of the observed ends, around the corrected ones 93%; on synthetic settled sigmoids,
+late risers and two-halves risers 96%, 88% and 94% (BENCHMARKS.md, "Predictions that know when they are wrong").
 """
 
 from __future__ import annotations
@@ -131,8 +134,8 @@ class Calibration:
     level: float
     n_tests: int
     n_runs: int
-    quantile: float  # of |error| / scale; inf: too few back-tests for the level
-    mean_error: float  # the back-tests' bias (pred - obs); reported, not subtracted
+    quantile: float  # of |error - mean_error| / scale; inf: too few back-tests for the level
+    mean_error: float  # the back-tests' bias (pred - obs), taken off each interval's centre
     within_margin: float  # share of back-tests within `margin` of what was observed
     margin: float
 
@@ -145,7 +148,7 @@ class Calibration:
             return ("no back-tests: no run has evaluation points in its window's last doubling, or the target "
                     "lies inside the window; no interval")
         return (f"{self.n_tests} back-tests of {self.n_runs} runs: {100 * self.within_margin:.0f}% within "
-                f"{self.margin:g}, mean error {self.mean_error:+.3f}"
+                f"{self.margin:g}, mean error {self.mean_error:+.3f} (taken off the intervals' centres)"
                 + ("" if self.bounded else f"; too few for a {100 * self.level:.0f}% interval "
                    f"(needs {min_tests(self.level)}): add runs or evaluate more often"))
 
@@ -156,7 +159,8 @@ def calibrate(backtests: Iterable[Sequence[Backtest]], *, level: float = LEVEL,
     runs = [[t for t in tests if math.isfinite(t.error)] for tests in backtests]
     tests = [t for run in runs for t in run]
     errors = np.array([t.error for t in tests])
+    bias = float(errors.mean()) if tests else 0.0
     return Calibration(level=level, n_tests=len(tests), n_runs=sum(1 for run in runs if run),
-                       quantile=conformal_quantile([t.score for t in tests], level), margin=margin,
-                       mean_error=float(errors.mean()) if tests else math.nan,
+                       quantile=conformal_quantile([abs(t.error - bias) / t.scale for t in tests], level),
+                       margin=margin, mean_error=bias if tests else math.nan,
                        within_margin=float(np.mean(np.abs(errors) <= margin)) if tests else math.nan)

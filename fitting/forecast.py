@@ -44,16 +44,22 @@ class Forecast:
     calibration's quantile x its scale; a table row's is its seeds' mean radius (reports.forecasts)."""
 
     target: float
-    predicted: float
+    predicted: float  # the fit's own prediction at the target
     scale: float  # inf when the fit's cut window could not be fitted: no interval; nan for a row (seeds' radius)
     radius: float
     level: float
     regime: tuple[str, ...]
+    bias: float = 0.0  # the back-tests' mean error, taken off the interval's centre
+
+    @property
+    def centre(self) -> float:
+        """The interval's centre: the prediction less the back-tests' bias."""
+        return self.predicted - self.bias
 
     @property
     def interval(self) -> tuple[float, float]:
-        """predicted +- radius, clipped to pass rates [0, 1]."""
-        return max(0.0, self.predicted - self.radius), min(1.0, self.predicted + self.radius)
+        """centre +- radius, clipped to pass rates [0, 1]."""
+        return max(0.0, self.centre - self.radius), min(1.0, self.centre + self.radius)
 
     def covers(self, observed: float) -> bool:
         return self.interval[0] <= observed <= self.interval[1]
@@ -80,7 +86,8 @@ def regime_reasons(fit: FitResult, backtests: Sequence[Backtest], margin: float)
 
 def forecast_at(fit_to: FitTo, fit: FitResult, backtests: Sequence[Backtest], calibration: Calibration, *,
                 target: float) -> Forecast:
-    """The forward fit's prediction at `target` +- calibration.quantile * its window sensitivity.
+    """The forward fit's prediction at `target`, less the back-tests' bias, +- calibration.quantile * its window
+    sensitivity.
 
     A fit whose cut window (fitting.backtest.SHORTER) cannot be fitted has no scale: its interval is [0, 1].
     """
@@ -89,5 +96,6 @@ def forecast_at(fit_to: FitTo, fit: FitResult, backtests: Sequence[Backtest], ca
         scale = window_sensitivity(fit_to, fit, target)
     except FitInputError:
         scale = float("inf")
+    bias = calibration.mean_error if math.isfinite(calibration.mean_error) else 0.0
     return Forecast(target=float(target), predicted=predicted, scale=scale, radius=calibration.quantile * scale,
-                    level=calibration.level, regime=regime_reasons(fit, backtests, calibration.margin))
+                    level=calibration.level, regime=regime_reasons(fit, backtests, calibration.margin), bias=bias)

@@ -218,7 +218,7 @@ def _calibrate_records(records: list[dict], args):
     calibration = calibrate([r["backtests"] for r in fitted], margin=args.margin)
     for r in fitted:
         forecast = forecast_at(r["fit_to"], r["fit"], r["backtests"], calibration, target=args.target)
-        r.update(calibrated_ci=list(forecast.interval), regime=list(forecast.regime),
+        r.update(calibrated_ci=list(forecast.interval), calibrated_centre=forecast.centre, regime=list(forecast.regime),
                  covered=forecast.held(r["observed"]))
     observed = [r["covered"] for r in fitted if r["covered"] is not None]
     held = (f"; at the target the intervals held {sum(observed)} of {len(observed)} observed ends "
@@ -288,7 +288,7 @@ def _print_tables(records: list[dict], spreads: list[dict], forecast: dict, args
         rows.append([
             r["run"], r["seed"], str(r["n_points"]), f"{r['r0']:.3f}" + ("*" if r["r0_source"] == "fitted" else ""),
             _with_ci(r["a"], r["a_ci"], three), _with_ci(r["b"], r["b_ci"], two),
-            _with_ci(r["c_mid"], r["c_mid_ci"], sig3), _with_ci(r["predicted"], r["calibrated_ci"], three),
+            _with_ci(r["c_mid"], r["c_mid_ci"], sig3), _with_ci(r["calibrated_centre"], r["calibrated_ci"], three),
             "-" if unobserved else three(r["observed"]), "-" if unobserved else f"{r['error']:+.3f}",
             "-" if unobserved else ("yes" if r["within_margin"] else "NO"), ", ".join(r["regime"]) or "-",
             ", ".join(r["flags"]) or "-",

@@ -77,7 +77,8 @@ def test_calibrate_pools_runs_and_reports_the_bias():
     runs = [[test(-0.03), test(0.01)], [], [test(-0.01, 0.02)]]
     calibration = calibrate(runs, level=0.5)
     assert (calibration.n_tests, calibration.n_runs) == (3, 2)
-    assert calibration.quantile == pytest.approx(1.0)  # scores 3, 1, 0.5: k = ceil(4 * 0.5) = 2
+    # bias -0.01; scores |e - bias| / s = 0.02 / 0.01, 0.02 / 0.01, 0 / 0.02 = 2, 2, 0: k = ceil(4 * 0.5) = 2
+    assert calibration.quantile == pytest.approx(2.0)
     assert calibration.mean_error == pytest.approx(-0.01)
     assert calibration.within_margin == pytest.approx(2 / 3)
     assert "3 back-tests of 2 runs: 67% within 0.02, mean error -0.010" in calibration.describe()

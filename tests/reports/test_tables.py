@@ -244,14 +244,17 @@ def test_the_target_miss_check_runs_over_every_runs_observed_error(sweep_fits):
 
 
 def test_prediction_intervals_come_from_the_sweeps_own_back_tests(sweep_fits):
-    """Each run: pred +- q * s, q the conformal quantile of its sweep's back-test scores, s its window sensitivity;
-    each row: its seed-mean prediction +- the mean radius of its seeds' runs."""
+    """Each run: (pred - b) +- q * s, b the back-tests' mean error, q the conformal quantile of their scores
+    |e - b| / s_test, s its window sensitivity; each row: its seed-mean prediction - b +- the mean radius of its
+    seeds' runs."""
     from fitting.backtest import conformal_quantile, window_sensitivity
 
     forecasts, budget = sweep_fits.forecasts, sweep_fits.data.budget
     tests = [t for run in forecasts.run_backtests.values() for t in run]
     assert len(tests) >= len(forecasts.runs) and all(t.scored_at <= budget.fit_at for t in tests)
-    quantile = conformal_quantile([t.score for t in tests])
+    bias = float(np.mean([t.error for t in tests]))
+    assert forecasts.run_calibration.mean_error == pytest.approx(bias)
+    quantile = conformal_quantile([abs(t.error - bias) / t.scale for t in tests])
     assert forecasts.run_calibration.quantile == quantile
     runs = sweep_fits.run_table.set_index(["variant", "seed"])
     for (name, seed), forecast in forecasts.runs.items():
@@ -263,14 +266,15 @@ def test_prediction_intervals_come_from_the_sweeps_own_back_tests(sweep_fits):
         scale = window_sensitivity(lambda u, rows=rows.sort_values("step"): _fit_curve(rows, budget, u)[0], fit,
                                    budget.target)
         assert forecast.radius == pytest.approx(quantile * scale)
+        centre = float(fit.predict(budget.target)) - bias
         assert (runs.loc[(name, seed), "pred_lo"], runs.loc[(name, seed), "pred_hi"]) == pytest.approx(
-            forecast.interval)
+            (max(0.0, centre - forecast.radius), min(1.0, centre + forecast.radius)))
     table = sweep_fits.table.set_index("variant")
     for name, v in sweep_fits.variants.items():
         radius = np.mean([forecasts.runs[(name, seed)].radius for seed in v.seeds])
         assert table.loc[name, "pred_interval"] == "back-test 90%"
         assert (table.loc[name, "pred_lo"], table.loc[name, "pred_hi"]) == pytest.approx(
-            (v.score.predicted - radius, v.score.predicted + radius))
+            (v.score.predicted - bias - radius, v.score.predicted - bias + radius))
     assert "intervals calibrated on the sweep's own back-tests" in sweep_fits.table.attrs["forecast_note"]
 
 

@@ -244,8 +244,10 @@ def test_sweep_fit_calibrates_its_intervals_on_the_files_own_back_tests(tmp_path
     covered = np.array([c["covered"] for c in fitted])
     flagged = np.array([bool(c["regime"]) for c in fitted])
     assert intervals["covered"] == covered.sum()
+    bias = intervals["mean_error"]  # taken off every interval's centre
     for c in fitted:
-        assert c["calibrated_ci"][0] <= c["predicted"] <= c["calibrated_ci"][1]
+        assert c["calibrated_centre"] == pytest.approx(c["predicted"] - bias)
+        assert c["calibrated_ci"][0] <= c["calibrated_centre"] <= c["calibrated_ci"][1]
     if family == "settled_sigmoid":
         assert 0.80 <= covered.mean() <= 0.97 and flagged.mean() <= 0.20, (covered.mean(), flagged.mean())
     else:
