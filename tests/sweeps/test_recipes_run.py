@@ -4,11 +4,11 @@ the Figure-2 page and MLflow runs tagged by recipe."""
 import json
 
 import pandas as pd
-import pytest
 
 from reports import schema
 from sweeps.cli import main
 from tests.sweeps.test_runner import assert_complete_curves
+from tests.sweeps.test_scan_run import shared_cache  # noqa: F401 (autouse: the jobs share one warm-start cache)
 from tests.sweeps.tiny_spec import TINY_JOB_OVERRIDES
 
 RECIPES = """\
@@ -21,11 +21,6 @@ overrides:
 executor: {{name: local, local: {{max_parallel: 2, cores_per_job: 1}}, poll_seconds: 0.5}}
 output_dir: {out}
 """
-
-
-@pytest.fixture(autouse=True)
-def shared_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("SCALERL_CACHE", str(tmp_path_factory.getbasetemp() / "warm-start-cache"))
 
 
 def test_a_recipes_sweep_runs_each_recipe_on_paired_seeds_and_reports_figure_2(tmp_path, capsys):
