@@ -96,6 +96,6 @@ def forecast_at(fit_to: FitTo, fit: FitResult, backtests: Sequence[Backtest], ca
         scale = window_sensitivity(fit_to, fit, target)
     except FitInputError:
         scale = float("inf")
-    bias = calibration.mean_error if math.isfinite(calibration.mean_error) else 0.0
     return Forecast(target=float(target), predicted=predicted, scale=scale, radius=calibration.quantile * scale,
-                    level=calibration.level, regime=regime_reasons(fit, backtests, calibration.margin), bias=bias)
+                    level=calibration.level, regime=regime_reasons(fit, backtests, calibration.margin),
+                    bias=calibration.bias)

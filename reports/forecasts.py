@@ -104,7 +104,7 @@ def forecast_sweep(data: SweepData, variants: dict, fit_curve: FitCurve) -> Swee
                 target=float(budget.target), predicted=float(v.prediction_fit.predict(budget.target)),
                 scale=math.nan, radius=float(np.mean(finite)), level=calibration.level,
                 regime=regime_reasons(v.prediction_fit, row_tests[name], calibration.margin),
-                bias=calibration.mean_error if math.isfinite(calibration.mean_error) else 0.0)
+                bias=calibration.bias)
         else:
             forecasts.rows[name] = forecast_at(_fit_to(fit_curve, v.curve), v.prediction_fit, row_tests[name],
                                                forecasts.run_calibration, target=budget.target)
