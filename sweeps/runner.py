@@ -53,11 +53,12 @@ def write_sweep_files(spec: SweepSpec, sweep_dir: Path, jobs: list[Job]) -> None
     created = read_json_file(info_path).get("created") if info_path.exists() else None
     if not isinstance(created, str):
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    recipes = recipes_record(jobs)
     write_json_atomic(info_path, {
-        "name": spec.name, "base": recipes_record(jobs)["reference"] if spec.recipes else spec.base,
+        "name": spec.name, "base": recipes["reference"] if recipes else spec.base,
         "seeds": list(spec.seeds),
         "budget": dataclasses.asdict(spec.budget), "executor": spec.executor.name,
-        "axes": spec.axes, "scan": scan_record(jobs), "recipes": recipes_record(jobs), "created": created,
+        "axes": spec.axes, "scan": scan_record(jobs), "recipes": recipes, "created": created,
         "machine": machine_description(),
     })
     # The spec with absolute paths, so `sweep status <sweep_dir>` works from any directory.

@@ -395,10 +395,9 @@ def base_source(spec: SweepSpec) -> Path | None:
 
 def resolve_base(base: str, root: Path, key: str) -> Path | None:
     """base_source for one base named at `key`: None (scalerl), a preset's file or the checked YAML path."""
-    if base == SCALERL:
-        return None
-    if preset_path(base) is not None:
-        return preset_path(base)
+    preset = preset_path(base)
+    if base == SCALERL or preset is not None:
+        return preset
     if looks_like_a_name(base) and not (root / base).exists():
         raise ConfigError(f"{key}: got {base!r}, no such preset; presets: {', '.join(preset_names())} (or a recipe "
                           "YAML path relative to the spec file)")
