@@ -41,7 +41,7 @@ REGIME_MEANINGS: dict[str, str] = {
 @dataclass(frozen=True)
 class Forecast:
     """The prediction at `target` +- radius, and the regime reasons (empty: none). A run's radius is the
-    calibration's quantile x its scale; a table row's is its seeds' mean radius (reports.forecasts)."""
+    calibration's for its scale (Calibration.radius); a table row's is its seeds' mean radius (reports.forecasts)."""
 
     target: float
     predicted: float  # the fit's own prediction at the target
@@ -86,8 +86,8 @@ def regime_reasons(fit: FitResult, backtests: Sequence[Backtest], margin: float)
 
 def forecast_at(fit_to: FitTo, fit: FitResult, backtests: Sequence[Backtest], calibration: Calibration, *,
                 target: float) -> Forecast:
-    """The forward fit's prediction at `target`, less the back-tests' bias, +- calibration.quantile * its window
-    sensitivity.
+    """The forward fit's prediction at `target`, less the back-tests' bias, +- calibration.radius(its window
+    sensitivity).
 
     A fit whose cut window (fitting.backtest.SHORTER) cannot be fitted has no scale: its interval is [0, 1].
     """
@@ -96,6 +96,6 @@ def forecast_at(fit_to: FitTo, fit: FitResult, backtests: Sequence[Backtest], ca
         scale = window_sensitivity(fit_to, fit, target)
     except FitInputError:
         scale = float("inf")
-    return Forecast(target=float(target), predicted=predicted, scale=scale, radius=calibration.quantile * scale,
+    return Forecast(target=float(target), predicted=predicted, scale=scale, radius=calibration.radius(scale),
                     level=calibration.level, regime=regime_reasons(fit, backtests, calibration.margin),
                     bias=calibration.bias)

@@ -106,8 +106,9 @@ class TargetMissCheck:
         return (f"predictions at the target: {count} of {self.runs} runs were observed {'above' if low else 'below'} "
                 f"their window fit's prediction (mean error {self.mean_error:+.3f}; sign test p = {self.p_value:.1g}): "
                 f"the curves keep {'rising past' if low else 'falling short of'} the sigmoid fitted to the window, so "
-                f"these predictions are biased {'low' if low else 'high'} and their intervals, which hold no bias "
-                f"term, cover less than they say; a prediction further out is likely {'low' if low else 'high'} too. "
+                f"these predictions are biased {'low' if low else 'high'} and their bootstrap intervals, which hold no "
+                f"bias term, cover less than they say (the back-test intervals take the bias off); a prediction "
+                f"further out is likely {'low' if low else 'high'} too. "
                 f"Paired differences between variants share most of the bias; a longer window shrinks it.")
 
 

@@ -226,8 +226,8 @@ def _calibrate_records(records: list[dict], args):
     note = (f"prediction intervals: {100 * calibration.level:.0f}% from the back-tests ({calibration.describe()}); "
             f"{sum(bool(r['regime']) for r in fitted)} of {len(fitted)} curves not yet predictable{held}")
     summary = {"level": calibration.level, "n_tests": calibration.n_tests, "quantile": calibration.quantile,
-               "within_margin": calibration.within_margin, "mean_error": calibration.mean_error,
-               "covered": sum(observed), "observed": len(observed), "note": note}
+               "typical_scale": calibration.typical_scale, "within_margin": calibration.within_margin,
+               "mean_error": calibration.mean_error, "covered": sum(observed), "observed": len(observed), "note": note}
     return summary
 
 

@@ -244,9 +244,9 @@ def test_the_target_miss_check_runs_over_every_runs_observed_error(sweep_fits):
 
 
 def test_prediction_intervals_come_from_the_sweeps_own_back_tests(sweep_fits):
-    """Each run: (pred - b) +- q * s, b the back-tests' mean error, q the conformal quantile of their scores
-    |e - b| / s_test, s its window sensitivity; each row: its seed-mean prediction - b +- the mean radius of its
-    seeds' runs."""
+    """Each run: (pred - b) +- q * sqrt(s m), b the back-tests' mean error, m their median scale, q the conformal
+    quantile of their scores |e - b| / sqrt(s_test m), s its window sensitivity; each row: its seed-mean
+    prediction - b +- the mean radius of its seeds' runs."""
     from fitting.backtest import conformal_quantile, window_sensitivity
 
     forecasts, budget = sweep_fits.forecasts, sweep_fits.data.budget
@@ -254,8 +254,9 @@ def test_prediction_intervals_come_from_the_sweeps_own_back_tests(sweep_fits):
     assert len(tests) >= len(forecasts.runs) and all(t.scored_at <= budget.fit_at for t in tests)
     bias = float(np.mean([t.error for t in tests]))
     assert forecasts.run_calibration.mean_error == pytest.approx(bias)
-    quantile = conformal_quantile([abs(t.error - bias) / t.scale for t in tests])
-    assert forecasts.run_calibration.quantile == quantile
+    typical = float(np.median([t.scale for t in tests]))
+    quantile = conformal_quantile([abs(t.error - bias) / math.sqrt(t.scale * typical) for t in tests])
+    assert forecasts.run_calibration.quantile == pytest.approx(quantile)
     runs = sweep_fits.run_table.set_index(["variant", "seed"])
     for (name, seed), forecast in forecasts.runs.items():
         evals = sweep_fits.data.evals
@@ -265,7 +266,7 @@ def test_prediction_intervals_come_from_the_sweeps_own_back_tests(sweep_fits):
 
         scale = window_sensitivity(lambda u, rows=rows.sort_values("step"): _fit_curve(rows, budget, u)[0], fit,
                                    budget.target)
-        assert forecast.radius == pytest.approx(quantile * scale)
+        assert forecast.radius == pytest.approx(quantile * math.sqrt(scale * typical))
         centre = float(fit.predict(budget.target)) - bias
         assert (runs.loc[(name, seed), "pred_lo"], runs.loc[(name, seed), "pred_hi"]) == pytest.approx(
             (max(0.0, centre - forecast.radius), min(1.0, centre + forecast.radius)))
