@@ -268,3 +268,6 @@ class CodeTask(Task):
 
     def check(self, response_text: str, answer: str) -> bool:
         return self.rewards([response_text], [answer])[0] > 0
+
+    def check_all(self, responses: list[str], answers: list[str], parts: list[str | None]) -> list[bool]:
+        return [reward > 0 for reward in self.rewards(responses, answers)]

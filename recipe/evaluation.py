@@ -243,7 +243,7 @@ def score(task, tokenizer, rollout: Rollout, answers: list[str], parts: list[str
     length limit."""
     texts = decode_responses(tokenizer, rollout)
     parts = parts or [None] * len(texts)
-    correct = torch.tensor([task.check_part(text, answer, part) for text, answer, part in zip(texts, answers, parts)])
+    correct = torch.tensor(task.check_all(texts, answers, parts), dtype=torch.bool)
     return correct & ~rollout.truncated.cpu()
 
 

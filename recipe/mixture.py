@@ -36,9 +36,9 @@ class EvaluationSet:
 
 @dataclass
 class MixtureTask(Task):
-    """Parts in one pool; `check_part` scores a response with its problem's part's reward."""
+    """Parts in one pool; `check_all` scores each response with its problem's part's reward, a part's rows at once."""
 
-    checkers: dict[str, Callable[[str, str], bool]] = dataclasses.field(default_factory=dict)
+    checkers: dict[str, BatchChecker] = dataclasses.field(default_factory=dict)
     part_sizes: list[int] = dataclasses.field(default_factory=list)
     weights: list[float] = dataclasses.field(default_factory=list)
     evaluation_sets: list[EvaluationSet] = dataclasses.field(default_factory=list)
@@ -47,7 +47,17 @@ class MixtureTask(Task):
         raise TypeError("a mixture's problems are checked by their part: call check_part")
 
     def check_part(self, response_text: str, answer: str, part: str | None) -> bool:
-        return self.checkers[part](response_text, answer)
+        return self.checkers[part]([response_text], [answer])[0]
+
+    def check_all(self, responses: list[str], answers: list[str], parts: list[str | None]) -> list[bool]:
+        """Each part's rows through its checker in one call (a code part's programs run in parallel)."""
+        correct = [False] * len(responses)
+        for part in dict.fromkeys(parts):
+            rows = [i for i, name in enumerate(parts) if name == part]
+            for i, ok in zip(rows, self.checkers[part]([responses[i] for i in rows], [answers[i] for i in rows]),
+                             strict=True):
+                correct[i] = ok
+        return correct
 
     @property
     def part_names(self) -> list[str]:
@@ -60,13 +70,16 @@ def exact_match(response_text: str, answer: str) -> bool:
     return (response_text if section is None else section).strip() == answer.strip()
 
 
-def part_checker(task: Task, reward: str) -> Callable[[str, str], bool]:
+BatchChecker = Callable[[list[str], list[str]], list[bool]]  # (responses, answers) -> each one's verdict
+
+
+def part_checker(task: Task, reward: str) -> BatchChecker:
     """The checker of a part: its task's own ("default"), or the reward it names (task_parts.REWARDS)."""
     if reward == "math_verify":
-        return lambda text, answer: MathTask.check(task, text, answer)
+        return lambda texts, answers: [MathTask.check(task, text, answer) for text, answer in zip(texts, answers)]
     if reward == "exact_match":
-        return exact_match
-    return task.check
+        return lambda texts, answers: [exact_match(text, answer) for text, answer in zip(texts, answers)]
+    return lambda texts, answers: task.check_all(texts, answers, [None] * len(texts))
 
 
 def build_part(part: Part, width: int, tokenizer, key: str, downstream: bool = False) -> Task:

@@ -55,6 +55,12 @@ class Task:
         """The checker of the problem's part: a single task has one (a mixture's: recipe.mixture.MixtureTask)."""
         return self.check(response_text, answer)
 
+    def check_all(self, responses: list[str], answers: list[str], parts: list[str | None]) -> list[bool]:
+        """Each row's check_part, in one call: a checker that runs programs (recipe.code_reward.CodeTask) runs the
+        batch's in parallel, so a step's rewards are checked here, never row by row."""
+        return [self.check_part(text, answer, part) for text, answer, part in zip(responses, answers, parts,
+                                                                                  strict=True)]
+
     def rewards(self, responses: list[str], answers: list[str]) -> list[float]:
         return [1.0 if self.check(text, answer) else -1.0 for text, answer in zip(responses, answers)]
 

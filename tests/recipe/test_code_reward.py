@@ -101,3 +101,30 @@ def test_a_code_task_scores_its_batch_through_the_sandbox(sandbox):
     good = "```python\nprint(sum(map(int, input().split())))\n```"
     assert task.rewards([good, "```python\nprint(0)\n```"], [answer, answer]) == [1.0, -1.0]
     assert task.check(good, answer)
+
+
+def test_a_mixtures_code_part_runs_its_rows_in_one_sandbox_batch(sandbox):
+    """MixtureTask.check_all hands each part its own rows at once, in order: the code part's programs go to the
+    sandbox as one batch (they run in parallel), the other part's rows to its checker."""
+    from recipe.mixture import MixtureTask, part_checker
+    from recipe.tasks import AdditionTask
+
+    class CountingReward(CodeReward):
+        batches: list[int] = []
+
+        def score(self, responses, tests):
+            self.batches.append(len(responses))
+            return super().score(responses, tests)
+
+    tests = encode_tests((StdioTest("2\n", "4"), StdioTest("5\n", "10")))
+    code = CodeTask("code", train=[], validation=[], reward=CountingReward(sandbox))
+    addition = AdditionTask("sums", train=[], validation=[])
+    task = MixtureTask("mixture", train=[], validation=[],
+                       checkers={"code": part_checker(code, "default"), "sums": part_checker(addition, "default")})
+    responses = ["```python\nprint(int(input()) * 2)\n```", "0102</think>21", "```python\nprint(4)\n```",
+                 "0102</think>12", "```python\nprint(int(input()) + int(input()))\n```"]
+    answers = [tests, "21", tests, "21", tests]
+    parts = ["code", "sums", "code", "sums", "code"]
+    assert task.check_all(responses, answers, parts) == [True, True, False, False, False]
+    assert CountingReward.batches == [3]
+    assert task.check_part(responses[0], tests, "code") and CountingReward.batches == [3, 1]

@@ -32,8 +32,8 @@ class RecipeRewards:
         lengths = torch.tensor([len(ids) for ids in completion_ids])  # forced phrase tokens included, as native
         ended = torch.tensor([len(ids) > 0 and ids[-1] == self.eos for ids in completion_ids])
         parts = part if part is not None else [None] * len(completions)
-        correct = torch.tensor([self.task.check_part(text, truth, name)
-                                for text, truth, name in zip(completions, answer, parts)]) & ended
+        correct = torch.tensor(self.task.check_all(list(completions), list(answer), list(parts)),
+                               dtype=torch.bool) & ended
         rewards = self.length_control.shape_rewards(torch.where(correct, 1.0, -1.0), lengths, correct)
         interrupted = torch.tensor([bool(flag) for flag in interrupted]) if interrupted is not None \
             else torch.zeros(len(lengths), dtype=torch.bool)
