@@ -10,7 +10,7 @@ that SmolLM2-135M-Instruct solves some of the time in its own chat format (bench
 measures the step-0 pass rate). A problem is a family with its own example (shown in the prompt) and five
 hidden tests drawn from the seeded generator (never the example: a program that prints the example's output
 fails). Problem.answer holds the tests (recipe.code_reward.encode_tests); the reward is
-recipe.code_reward.CodeReward. Not wired into the task config (task.name) yet.
+recipe.code_reward.CodeReward. `task.name: code_problems` (or a part's name) trains on them.
 """
 
 from __future__ import annotations

@@ -22,8 +22,11 @@ rewards run the whole batch through the sandbox in parallel.
 from __future__ import annotations
 
 import ast
+import atexit
 import json
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Sequence
 
 from recipe.sandbox import CallTest, Job, Limits, Outcome, Sandbox, StdioTest
@@ -233,10 +236,32 @@ class CodeScore:
         return self.passed / self.total if self.total else 0.0
 
 
+class JobSandbox:
+    """The job's sandbox pool, started when its first program runs (a run without code starts none): which layers
+    hold is said once on stderr and written to run_dir/sandbox.json; the pool closes when the process exits.
+    workers: programs run at once (None: the CPUs this process may use, the job's cores)."""
+
+    def __init__(self, run_dir: str | Path | None = None, workers: int | None = None):
+        self.run_dir, self.workers, self._sandbox = run_dir, workers, None
+
+    def run(self, jobs: Sequence[Job]) -> list[Outcome]:
+        if self._sandbox is None:
+            self._sandbox = Sandbox(workers=self.workers)
+            atexit.register(self._sandbox.close)
+            record = self._sandbox.layers_record()
+            off = [f"{name} ({why})" for name, why in record["layers"].items() if name not in record["active"]]
+            print(f"sandbox: {record['backend']}, {record['workers']} workers; layers on: "
+                  f"{', '.join(record['active']) or 'the base only'}; off: {', '.join(off) or 'none'}",
+                  file=sys.stderr, flush=True)
+            if self.run_dir is not None:
+                self._sandbox.write_layers_record(self.run_dir)
+        return self._sandbox.run(jobs)
+
+
 class CodeReward:
     """partial: reward 2 * fraction - 1 and run every test; else +1 / -1 and stop at the first failing test."""
 
-    def __init__(self, sandbox: Sandbox, *, partial: bool = False,
+    def __init__(self, sandbox: Sandbox | JobSandbox, *, partial: bool = False,
                  extract: Callable[[str], str | None] = extract_program, limits: Limits | None = None):
         self.sandbox, self.partial, self.extract, self.limits = sandbox, partial, extract, limits
 

@@ -55,7 +55,8 @@ ID_UNCHANGED_AT = {"eval.draws": "common", "engine.sharding": "none", "optimizer
                    "optimizer.gradient_checkpointing": False, "engine.vllm_server_url": "http://localhost:8000",
                    "engine.vllm_server_devices": 0, "rollout.decode_token_budget": 0, "eval.decode_token_budget": 0,
                    "rollout.generator": "torch", "rollout.vllm_cpu_kv_cache_gib": 1,
-                   "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0, "eval.min_gap_steps": 1,
+                   "rollout.vllm_gpu_memory_utilization": 0.3, "warm_start.terse_frac": 0.0,
+                   "warm_start.code_frac": 0.0, "eval.min_gap_steps": 1,
                    "eval.compute_unit": "flops", "eval.at_compute": (), "eval.schedule_until": 0.0,
                    "eval.late_from": 0.0, "eval.late_samples_per_prompt": 0,
                    "off_policy.timing": "real", "off_policy.trainer_speed": 3.4, "replicate": 0,
@@ -134,6 +135,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "warm_start.steps": (0, math.inf, True), "warm_start.batch_size": (1, math.inf, True),
     "warm_start.lr": (0, math.inf, False), "warm_start.teacher_correct_prob": (0, 1, True),
     "warm_start.interrupted_frac": (0, 1, True), "warm_start.terse_frac": (0, 1, True),
+    "warm_start.code_frac": (0, 1, True),
     "task.train_size": (1, math.inf, True), "task.validation_size": (1, math.inf, True),
     "task.min_digits": (1, math.inf, True), "task.max_digits": (1, math.inf, True),
     # A group of one sample has no spread, so no advantage: G >= 2.
@@ -230,6 +232,9 @@ def check_output_path(key: str, path: str) -> None:
                           "shorter directory")
 
 
+REFERENCE_TASKS = ("embedded", "embedded_code")  # the tasks whose problems carry a reference solution
+
+
 def check_model_and_task(flat: Mapping[str, Any]) -> None:
     """Cross-field rules of model and task that a job would otherwise hit only after building them.
 
@@ -257,14 +262,16 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
         raise ConfigError(f"replicate: got {flat['replicate']}, but the trl engine seeds its prompt order and its "
                           "sampling from one seed, so a replicate would not share its seed's prompts; use "
                           "engine.name=native, or other seeds (seed=...) instead")
+    check_code_warm_start(flat)
     if flat.get("eval.control_variate") == "reference":
         for key, value in flat.items():
-            if key.startswith(("task.parts.", "task.downstream.")) and key.endswith(".name") and value != "embedded":
+            if (key.startswith(("task.parts.", "task.downstream.")) and key.endswith(".name")
+                    and value not in REFERENCE_TASKS):
                 raise ConfigError(f"eval.control_variate: 'reference' needs problems with a reference solution, which "
                                   f"{key[:-5]} ({value!r}) does not have; use eval.control_variate=none")
-        if flat.get("task.name", "embedded") != "embedded":
+        if flat.get("task.name", "embedded") not in REFERENCE_TASKS:
             raise ConfigError(f"eval.control_variate: 'reference' needs problems with a reference solution, which task "
-                              f"{flat['task.name']!r} does not have (only the embedded task does); use "
+                              f"{flat['task.name']!r} does not have (only the embedded tasks do); use "
                               "eval.control_variate=none")
         if flat.get("rollout.generator", "torch") != "torch":
             raise ConfigError(f"eval.control_variate: 'reference' takes the reference's probability from the torch "
@@ -290,6 +297,24 @@ def check_model_and_task(flat: Mapping[str, Any]) -> None:
             raise ConfigError(f"task.train_size: train_size + validation_size = {needed}, but operands of "
                               f"{flat['task.min_digits']}..{flat['task.max_digits']} digits give only {available} "
                               "distinct problems with a carry; lower them or raise task.max_digits")
+    if flat.get("task.name") == "embedded_code":
+        from recipe.embedded_code import count_code_problems
+
+        needed = flat.get("task.train_size", 0) + flat.get("task.validation_size", 0)
+        if needed > count_code_problems():
+            raise ConfigError(f"task.train_size: train_size + validation_size = {needed}, but the embedded code task "
+                              f"has {count_code_problems()} distinct problems; lower them")
+
+
+def check_code_warm_start(flat: Mapping[str, Any]) -> None:
+    """The embedded code domain on the embedded model needs a warm start that has seen it (warm_start.code_frac)."""
+    if flat.get("model.path") != "embedded" or flat.get("warm_start.code_frac", 0.0) > 0:
+        return
+    for key, value in flat.items():
+        if value == "embedded_code" and (key == "task.name" or (
+                key.startswith(("task.parts.", "task.downstream.")) and key.endswith(".name"))):
+            raise ConfigError(f"{key}: the embedded model's warm start never saw the code domain (warm_start.code_frac "
+                              "is 0), so it would answer none of it; set warm_start.code_frac (e.g. 0.5)")
 
 
 INTERPOLATION_FIX = "interpolation is not supported; write the value literally"

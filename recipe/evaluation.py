@@ -111,7 +111,8 @@ def evaluation_streams(seed: int, draws: str, step: int, device) -> tuple[torch.
 def reference_paths(tokenizer, problems, length_control, max_new_tokens: int) -> list[dict]:
     """The responses the generator emits for each problem when every token it samples is the reference's.
 
-    The reference response is the problem's reference_thinking, `</think>`, its answer and <eos>. The
+    The reference response is the problem's reference_thinking, `</think>`, its answer (reference_answer where the
+    answer is not a response's text: a code task's tests) and <eos>. The
     generator's own row state (recipe.generator.RowState) runs over it once per thinking budget the length
     control can draw: a budget the thinking reaches forces the interruption phrase in and the answer follows
     it, a larger one lets the thinking close itself (every budget past the reference's thinking gives that
@@ -125,7 +126,8 @@ def reference_paths(tokenizer, problems, length_control, max_new_tokens: int) ->
     rows = []  # (problem index, budget or None, weight, reference tokens, where its answer starts)
     for index, problem in enumerate(problems):
         thinking = tokenizer.encode(problem.reference_thinking, add_special_tokens=False) + close
-        stream = thinking + tokenizer.encode(problem.answer, add_special_tokens=False) + [eos]
+        answer = problem.answer if problem.reference_answer is None else problem.reference_answer
+        stream = thinking + tokenizer.encode(answer, add_special_tokens=False) + [eos]
         if law is None:
             rows.append((index, None, 1.0, stream, len(thinking)))
             continue

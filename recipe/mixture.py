@@ -82,7 +82,7 @@ def part_checker(task: Task, reward: str) -> BatchChecker:
     return lambda texts, answers: task.check_all(texts, answers, [None] * len(texts))
 
 
-def build_part(part: Part, width: int, tokenizer, key: str, downstream: bool = False) -> Task:
+def build_part(part: Part, width: int, tokenizer, key: str, downstream: bool = False, sandbox=None) -> Task:
     """One part's task, every problem tagged with the part's name; an embedded part's prompts are padded to the
     mixture's `width` digits (the model's). A downstream set trains on nothing: its validation is what it evaluates
     (an embedded set's validation_size draws; every row of a file, both paths when it has two)."""
@@ -95,7 +95,7 @@ def build_part(part: Part, width: int, tokenizer, key: str, downstream: bool = F
         if downstream:
             task = dataclasses.replace(task, train=[], validation=task.validation + task.train)
     else:
-        task = build_task(cfg, tokenizer)
+        task = build_task(cfg, tokenizer, sandbox)
 
     def tag(problems):
         return [dataclasses.replace(p, part=part.name) for p in problems]
@@ -103,13 +103,14 @@ def build_part(part: Part, width: int, tokenizer, key: str, downstream: bool = F
     return dataclasses.replace(task, name=part.name, train=tag(task.train), validation=tag(task.validation))
 
 
-def build_mixture_task(cfg, tokenizer) -> MixtureTask:
+def build_mixture_task(cfg, tokenizer, sandbox=None) -> MixtureTask:
     """cfg: run_config.TaskConfig with parts. Every part and downstream set built, the downstream sets checked
-    disjoint from the training pool (a set trained on measures no transfer)."""
+    disjoint from the training pool (a set trained on measures no transfer); code parts share `sandbox`."""
     parts, downstream = mixture_parts(cfg)
-    built = {part.name: build_part(part, cfg.max_digits, tokenizer, f"task.parts.{part.name}") for part in parts}
-    extra = {part.name: build_part(part, cfg.max_digits, tokenizer, f"task.downstream.{part.name}", downstream=True)
-             for part in downstream}
+    built = {part.name: build_part(part, cfg.max_digits, tokenizer, f"task.parts.{part.name}", sandbox=sandbox)
+             for part in parts}
+    extra = {part.name: build_part(part, cfg.max_digits, tokenizer, f"task.downstream.{part.name}", downstream=True,
+                                   sandbox=sandbox) for part in downstream}
     check_disjoint({name: task.train for name, task in built.items()},
                    {name: task.validation for name, task in extra.items()}, lambda problem: problem.prompt)
     checkers = {part.name: part_checker(built[part.name], part.reward) for part in parts}
@@ -131,6 +132,12 @@ def raw_prompts(part: Part, width: int, downstream: bool) -> tuple[list | None, 
     if cfg.name == "embedded":
         task = build_addition_task(0 if downstream else cfg.train_size, cfg.validation_size, cfg.min_digits,
                                    cfg.max_digits, cfg.data_seed, width=width)
+        return [p.prompt for p in (task.validation if downstream else task.train)], len(task.validation)
+    if cfg.name == "embedded_code":
+        from recipe.embedded_code import build_embedded_code_task
+
+        task = build_embedded_code_task(0 if downstream else cfg.train_size, cfg.validation_size, cfg.data_seed,
+                                        reward=None)
         return [p.prompt for p in (task.validation if downstream else task.train)], len(task.validation)
     if cfg.name not in FILE_TASKS:  # drawn through the model's chat template: checked when the job builds it
         return None, cfg.validation_size
@@ -185,9 +192,13 @@ def prompt_key(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
-def build_run_task(cfg, tokenizer) -> Task:
-    """The run's task: a mixture when task.parts names parts, else recipe.tasks.build_task's single task."""
-    return build_mixture_task(cfg, tokenizer) if cfg.parts else build_task(cfg, tokenizer)
+def build_run_task(cfg, tokenizer, run_dir=None) -> Task:
+    """The run's task: a mixture when task.parts names parts, else recipe.tasks.build_task's single task. Its code
+    parts run their programs in one sandbox pool, started at the first program, its layers recorded in run_dir."""
+    from recipe.code_reward import JobSandbox
+
+    sandbox = JobSandbox(run_dir)
+    return build_mixture_task(cfg, tokenizer, sandbox) if cfg.parts else build_task(cfg, tokenizer, sandbox)
 
 
 def is_mixture(task: Task) -> bool:

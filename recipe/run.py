@@ -430,7 +430,7 @@ class Run:
         self.model, self.tokenizer = load_model_dir(self.model_dir, cfg.model.dtype, device)
         self.model.eval()
         self._generator = None
-        self.task = build_run_task(cfg.task, self.tokenizer)
+        self.task = build_run_task(cfg.task, self.tokenizer, self.run_dir)
         self.c = build_components(cfg)
         self.optimizer, self.schedule = build_optimizer(self.model, cfg.optimizer)
         reset_curriculum(self.c, self.task, cfg.seed)

@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
 SHARDINGS = ("none", "fsdp", "zero3")  # EngineConfig.sharding's names (launch.SHARDING_FLAGS), or a file path
-TASK_NAMES = ("embedded", "file", "jsonl", "word_problems")
+TASK_NAMES = ("embedded", "file", "jsonl", "word_problems", "embedded_code", "code_problems")
 FILE_TASKS = ("file", "jsonl")  # the task names that read task.train_path (recipe.task_files)
 GENERATORS = ("torch", "vllm")  # RolloutConfig.generator's values (recipe.run.build_generator)
 
@@ -48,6 +48,10 @@ class WarmStartConfig:
     # carry left implicit) instead of two. The model then holds both styles and RL chooses how long to
     # think: the terse trace is half as long and, with its carries unwritten, harder to get right.
     terse_frac: float = 0.0
+    # Fraction of targets from the embedded code domain (recipe/embedded_code.py: f(x) = x + K written as Python),
+    # the right method with probability teacher_correct_prob, else forgetting every borrow: a model that can
+    # learn the code part of a task mixture (task.parts.<name>.name: embedded_code).
+    code_frac: float = 0.0
     seed: int = 0
     cache_dir: Optional[str] = None
     # Use the warm start shipped with the package (recipe/warm_starts/<key>/) when one has this

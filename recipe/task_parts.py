@@ -120,6 +120,13 @@ def check_part_task(merged: Mapping[str, Any], path: str, task: Mapping[str, Any
             raise ConfigError(f"{path}.train_size: train_size + validation_size = {needed}, but operands of "
                               f"{low}..{high} digits give only {available} distinct problems with a carry; set the "
                               "part's train_size and validation_size lower, or widen its digits")
+    if name == "embedded_code":
+        from recipe.embedded_code import count_code_problems
+
+        needed = merged.get("train_size", 6144) + merged.get("validation_size", 256)
+        if needed > count_code_problems():
+            raise ConfigError(f"{path}.train_size: train_size + validation_size = {needed}, but the embedded code task "
+                              f"has {count_code_problems()} distinct problems; set the part's sizes lower")
     for key in ("train_size", "validation_size"):
         if merged.get(key, 1) < 1:
             raise ConfigError(f"{path}.{key}: got {merged[key]!r}, expected >= 1")

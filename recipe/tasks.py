@@ -39,6 +39,9 @@ class Problem:
     # task's column trace): the response the evaluation's reference control variate takes the exact
     # probability of (recipe.evaluation.reference_paths). None: no reference.
     reference_thinking: str | None = None
+    # The reference response's answer section where it is not `answer` itself (a code task's answer holds its
+    # tests; its reference answers with the program: recipe/embedded_code.py). None: the answer.
+    reference_answer: str | None = None
     part: str | None = None  # the mixture part it belongs to (recipe/mixture.py); None outside a mixture
 
 
@@ -314,8 +317,9 @@ def build_word_problem_task(train_size: int, validation_size: int, min_digits: i
     return WordProblemTask("word_problems", train=problems[validation_size:], validation=problems[:validation_size])
 
 
-def build_task(cfg, tokenizer) -> Task:
-    """cfg: run_config.TaskConfig."""
+def build_task(cfg, tokenizer, sandbox=None) -> Task:
+    """cfg: run_config.TaskConfig. sandbox: where a code task's programs run (recipe.code_reward.JobSandbox; None:
+    one of its own, started at its first program)."""
     if cfg.name == "embedded":
         return build_addition_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
                                    cfg.data_seed)
@@ -327,4 +331,16 @@ def build_task(cfg, tokenizer) -> Task:
     if cfg.name == "word_problems":
         return build_word_problem_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
                                        cfg.data_seed, tokenizer)
+    if cfg.name == "embedded_code":
+        from recipe.code_reward import CodeReward, JobSandbox
+        from recipe.embedded_code import build_embedded_code_task, expression_program
+
+        reward = CodeReward(sandbox or JobSandbox(), extract=expression_program)
+        return build_embedded_code_task(cfg.train_size, cfg.validation_size, cfg.data_seed, reward)
+    if cfg.name == "code_problems":
+        from recipe.code_problems import build_code_problem_task
+        from recipe.code_reward import CodeReward, JobSandbox
+
+        return build_code_problem_task(cfg.train_size, cfg.validation_size, cfg.data_seed, tokenizer,
+                                       CodeReward(sandbox or JobSandbox()))
     raise ValueError(f"task.name: got {cfg.name!r}, expected one of {', '.join(TASK_NAMES)}")

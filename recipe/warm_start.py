@@ -35,6 +35,7 @@ import torch
 from components.length_control import INTERRUPTION_PHRASE
 from recipe.config import ID_UNCHANGED_AT
 from recipe.run_config import ModelConfig, TaskConfig, WarmStartConfig
+from recipe.embedded_code import teacher_code_example
 from recipe.tasks import THINK_CLOSE, sample_operands, addition_prompt, solution
 from recipe.tracking import sync_tree, write_json_atomic
 
@@ -75,15 +76,21 @@ def warm_start_key(model_cfg: ModelConfig, warm_cfg: WarmStartConfig, task_cfg: 
 
 
 def teacher_example(rng: random.Random, cfg: WarmStartConfig, task_cfg: TaskConfig) -> tuple[str, str]:
-    """(prompt, response) of one supervised target: right or carry-forgetting method, maybe interrupted."""
-    a, b = sample_operands(rng, task_cfg.min_digits, task_cfg.max_digits)
-    carry = rng.random() < cfg.teacher_correct_prob
-    # Drawn only when terse traces are asked for: at terse_frac 0 the stream (and the build) is the one before.
-    terse = cfg.terse_frac > 0 and rng.random() < cfg.terse_frac
-    trace, answer = solution(a, b, carry=carry, terse=terse)
+    """(prompt, response) of one supervised target: right or carry-forgetting method (a code target: right or
+    borrow-forgetting), maybe interrupted."""
+    # Drawn only when code targets are asked for: at code_frac 0 the stream (and the build) is the one before.
+    if cfg.code_frac > 0 and rng.random() < cfg.code_frac:
+        prompt, trace, answer = teacher_code_example(rng, cfg.teacher_correct_prob)
+    else:
+        a, b = sample_operands(rng, task_cfg.min_digits, task_cfg.max_digits)
+        carry = rng.random() < cfg.teacher_correct_prob
+        # Drawn only when terse traces are asked for: at terse_frac 0 the stream is the one before, as above.
+        terse = cfg.terse_frac > 0 and rng.random() < cfg.terse_frac
+        trace, answer = solution(a, b, carry=carry, terse=terse)
+        prompt = addition_prompt(a, b, task_cfg.max_digits)
     if rng.random() < cfg.interrupted_frac:
         trace = trace[: rng.randrange(len(trace))] + INTERRUPTION_PHRASE[: -len(THINK_CLOSE)]
-    return addition_prompt(a, b, task_cfg.max_digits), f"{trace}{THINK_CLOSE}{answer}"
+    return prompt, f"{trace}{THINK_CLOSE}{answer}"
 
 
 def encode_batch(tokenizer, examples: list[tuple[str, str]]):

@@ -59,19 +59,20 @@ def quiet_libraries() -> None:
 
 def load_trainer(cfg: RecipeConfig, model_dir: Path, components, output_dir: Path, device: str) -> tuple:
     """(trainer, model, tokenizer, task, curriculum): the async trainer for PipelineRL (it loads the model itself
-    and samples its own prompts: no curriculum of ours), else ScaleRLGRPOTrainer on our model."""
+    and samples its own prompts: no curriculum of ours), else ScaleRLGRPOTrainer on our model. output_dir lies in
+    the run directory, where a code task's sandbox record goes."""
     if cfg.off_policy["name"] == "pipeline_rl":
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
-        task = build_run_task(cfg.task, tokenizer)
+        task = build_run_task(cfg.task, tokenizer, output_dir.parent)
         trainer = build_async_trainer(cfg, model_dir, tokenizer, task, components, output_dir)
         return trainer, trainer.model, tokenizer, task, None
     model, tokenizer = load_model_dir(model_dir, cfg.model.dtype, device)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     if not cfg.precision["fp32_head"] and cfg.model.dtype == "float32":
         bf16_head(model.get_output_embeddings())
-    task = build_run_task(cfg.task, tokenizer)
+    task = build_run_task(cfg.task, tokenizer, output_dir.parent)
     trainer = build_trainer(cfg, model, tokenizer, task, components, output_dir, device)
     return trainer, model, tokenizer, task, components.curriculum
 
