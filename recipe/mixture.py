@@ -18,6 +18,9 @@ from typing import Any
 import numpy as np
 
 from components.registry import ConfigError
+from recipe.code_problems import build_code_problem_task
+from recipe.code_reward import CodeReward, JobSandbox
+from recipe.embedded_code import build_embedded_code_task, expression_program
 from recipe.task_parts import Part, batch_counts, mixture_parts
 from recipe.run_config import FILE_TASKS
 from recipe.tasks import (MathTask, Problem, Task, build_addition_task, build_math_task, build_task,
@@ -82,7 +85,7 @@ def part_checker(task: Task, reward: str) -> BatchChecker:
     return lambda texts, answers: task.check_all(texts, answers, [None] * len(texts))
 
 
-def build_part(part: Part, width: int, tokenizer, key: str, downstream: bool = False, sandbox=None) -> Task:
+def build_part(part: Part, width: int, tokenizer, key: str, sandbox: JobSandbox, downstream: bool = False) -> Task:
     """One part's task, every problem tagged with the part's name; an embedded part's prompts are padded to the
     mixture's `width` digits (the model's). A downstream set trains on nothing: its validation is what it evaluates
     (an embedded set's validation_size draws; every row of a file, both paths when it has two)."""
@@ -95,7 +98,7 @@ def build_part(part: Part, width: int, tokenizer, key: str, downstream: bool = F
         if downstream:
             task = dataclasses.replace(task, train=[], validation=task.validation + task.train)
     else:
-        task = build_task(cfg, tokenizer, sandbox)
+        task = build_any_task(cfg, tokenizer, sandbox)
 
     def tag(problems):
         return [dataclasses.replace(p, part=part.name) for p in problems]
@@ -103,14 +106,15 @@ def build_part(part: Part, width: int, tokenizer, key: str, downstream: bool = F
     return dataclasses.replace(task, name=part.name, train=tag(task.train), validation=tag(task.validation))
 
 
-def build_mixture_task(cfg, tokenizer, sandbox=None) -> MixtureTask:
+def build_mixture_task(cfg, tokenizer, sandbox: JobSandbox | None = None) -> MixtureTask:
     """cfg: run_config.TaskConfig with parts. Every part and downstream set built, the downstream sets checked
     disjoint from the training pool (a set trained on measures no transfer); code parts share `sandbox`."""
     parts, downstream = mixture_parts(cfg)
-    built = {part.name: build_part(part, cfg.max_digits, tokenizer, f"task.parts.{part.name}", sandbox=sandbox)
+    sandbox = sandbox or JobSandbox()
+    built = {part.name: build_part(part, cfg.max_digits, tokenizer, f"task.parts.{part.name}", sandbox)
              for part in parts}
-    extra = {part.name: build_part(part, cfg.max_digits, tokenizer, f"task.downstream.{part.name}", downstream=True,
-                                   sandbox=sandbox) for part in downstream}
+    extra = {part.name: build_part(part, cfg.max_digits, tokenizer, f"task.downstream.{part.name}", sandbox,
+                                   downstream=True) for part in downstream}
     check_disjoint({name: task.train for name, task in built.items()},
                    {name: task.validation for name, task in extra.items()}, lambda problem: problem.prompt)
     checkers = {part.name: part_checker(built[part.name], part.reward) for part in parts}
@@ -134,8 +138,6 @@ def raw_prompts(part: Part, width: int, downstream: bool) -> tuple[list | None, 
                                    cfg.max_digits, cfg.data_seed, width=width)
         return [p.prompt for p in (task.validation if downstream else task.train)], len(task.validation)
     if cfg.name == "embedded_code":
-        from recipe.embedded_code import build_embedded_code_task
-
         task = build_embedded_code_task(0 if downstream else cfg.train_size, cfg.validation_size, cfg.data_seed,
                                         reward=None)
         return [p.prompt for p in (task.validation if downstream else task.train)], len(task.validation)
@@ -192,13 +194,22 @@ def prompt_key(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
+def build_any_task(cfg, tokenizer, sandbox: JobSandbox) -> Task:
+    """recipe.tasks.build_task's tasks, and the code tasks, whose programs run in `sandbox`."""
+    if cfg.name == "embedded_code":
+        reward = CodeReward(sandbox, extract=expression_program)
+        return build_embedded_code_task(cfg.train_size, cfg.validation_size, cfg.data_seed, reward)
+    if cfg.name == "code_problems":
+        return build_code_problem_task(cfg.train_size, cfg.validation_size, cfg.data_seed, tokenizer,
+                                       CodeReward(sandbox))
+    return build_task(cfg, tokenizer)
+
+
 def build_run_task(cfg, tokenizer, run_dir=None) -> Task:
     """The run's task: a mixture when task.parts names parts, else recipe.tasks.build_task's single task. Its code
     parts run their programs in one sandbox pool, started at the first program, its layers recorded in run_dir."""
-    from recipe.code_reward import JobSandbox
-
     sandbox = JobSandbox(run_dir)
-    return build_mixture_task(cfg, tokenizer, sandbox) if cfg.parts else build_task(cfg, tokenizer, sandbox)
+    return build_mixture_task(cfg, tokenizer, sandbox) if cfg.parts else build_any_task(cfg, tokenizer, sandbox)
 
 
 def is_mixture(task: Task) -> bool:

@@ -25,7 +25,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from recipe.run_config import FILE_TASKS, TASK_NAMES
+from recipe.run_config import CODE_TASKS, FILE_TASKS, TASK_NAMES
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
@@ -317,9 +317,8 @@ def build_word_problem_task(train_size: int, validation_size: int, min_digits: i
     return WordProblemTask("word_problems", train=problems[validation_size:], validation=problems[:validation_size])
 
 
-def build_task(cfg, tokenizer, sandbox=None) -> Task:
-    """cfg: run_config.TaskConfig. sandbox: where a code task's programs run (recipe.code_reward.JobSandbox; None:
-    one of its own, started at its first program)."""
+def build_task(cfg, tokenizer) -> Task:
+    """cfg: run_config.TaskConfig; the code tasks, whose rewards need a sandbox, are recipe.mixture.build_any_task's."""
     if cfg.name == "embedded":
         return build_addition_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
                                    cfg.data_seed)
@@ -331,16 +330,7 @@ def build_task(cfg, tokenizer, sandbox=None) -> Task:
     if cfg.name == "word_problems":
         return build_word_problem_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
                                        cfg.data_seed, tokenizer)
-    if cfg.name == "embedded_code":
-        from recipe.code_reward import CodeReward, JobSandbox
-        from recipe.embedded_code import build_embedded_code_task, expression_program
-
-        reward = CodeReward(sandbox or JobSandbox(), extract=expression_program)
-        return build_embedded_code_task(cfg.train_size, cfg.validation_size, cfg.data_seed, reward)
-    if cfg.name == "code_problems":
-        from recipe.code_problems import build_code_problem_task
-        from recipe.code_reward import CodeReward, JobSandbox
-
-        return build_code_problem_task(cfg.train_size, cfg.validation_size, cfg.data_seed, tokenizer,
-                                       CodeReward(sandbox or JobSandbox()))
+    if cfg.name in CODE_TASKS:
+        raise ValueError(f"task.name {cfg.name!r}: a code task runs programs in a sandbox; build it with "
+                         "recipe.mixture.build_any_task")
     raise ValueError(f"task.name: got {cfg.name!r}, expected one of {', '.join(TASK_NAMES)}")
