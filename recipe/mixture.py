@@ -19,11 +19,12 @@ import numpy as np
 
 from components.registry import ConfigError
 from recipe.code_problems import build_code_problem_task
-from recipe.code_reward import CodeReward, JobSandbox
+from recipe.code_reward import CodeReward, CodeTask, JobSandbox
 from recipe.embedded_code import build_embedded_code_task, expression_program
 from recipe.task_parts import Part, batch_counts, mixture_parts
-from recipe.run_config import FILE_TASKS
-from recipe.tasks import (MathTask, Problem, Task, build_addition_task, build_math_task, build_task,
+from recipe.run_config import CODE_TASKS, FILE_TASKS
+from recipe.task_files import read_code_file, read_rows_of
+from recipe.tasks import (MathTask, Problem, Task, build_addition_task, build_math_task, build_task, file_problems,
                           final_answer)
 
 
@@ -94,7 +95,8 @@ def build_part(part: Part, width: int, tokenizer, key: str, sandbox: JobSandbox,
         task = build_addition_task(0 if downstream else cfg.train_size, cfg.validation_size, cfg.min_digits,
                                    cfg.max_digits, cfg.data_seed, width=width)
     elif cfg.name in FILE_TASKS:
-        task = build_math_task(cfg, tokenizer, source=part.source, key=key)
+        task = (build_any_task(cfg, tokenizer, sandbox, part.source, key) if cfg.name in CODE_TASKS
+                else build_math_task(cfg, tokenizer, source=part.source, key=key))
         if downstream:
             task = dataclasses.replace(task, train=[], validation=task.validation + task.train)
     else:
@@ -143,8 +145,9 @@ def raw_prompts(part: Part, width: int, downstream: bool) -> tuple[list | None, 
         return [p.prompt for p in (task.validation if downstream else task.train)], len(task.validation)
     if cfg.name not in FILE_TASKS:  # drawn through the model's chat template: checked when the job builds it
         return None, cfg.validation_size
-    from recipe.task_files import TaskKeys, read_task_file
+    from recipe.task_files import TaskKeys
 
+    read_task_file = read_rows_of(cfg.name)
     keys = TaskKeys(prompt=cfg.prompt_key, answer=cfg.answer_key, part=cfg.part_key)
     paths = [cfg.train_path] + ([cfg.validation_path] if downstream and cfg.validation_path else [])
     rows = [row for path in paths for row in read_task_file(path, keys) if not part.source or row.part == part.source]
@@ -194,14 +197,20 @@ def prompt_key(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
-def build_any_task(cfg, tokenizer, sandbox: JobSandbox) -> Task:
-    """recipe.tasks.build_task's tasks, and the code tasks, whose programs run in `sandbox`."""
+def build_any_task(cfg, tokenizer, sandbox: JobSandbox, source: str = "", key: str = "task") -> Task:
+    """recipe.tasks.build_task's tasks, and the code tasks, whose programs run in `sandbox` (source, key: a file
+    part's rows and its name, as build_math_task's)."""
     if cfg.name == "embedded_code":
         reward = CodeReward(sandbox, extract=expression_program)
         return build_embedded_code_task(cfg.train_size, cfg.validation_size, cfg.data_seed, reward)
     if cfg.name == "code_problems":
         return build_code_problem_task(cfg.train_size, cfg.validation_size, cfg.data_seed, tokenizer,
                                        CodeReward(sandbox))
+    if cfg.name == "code_file":
+        if not cfg.train_path:
+            raise ValueError("task.train_path: required when task.name is 'code_file' (rows of a prompt and its tests)")
+        train, validation = file_problems(cfg, tokenizer, read_code_file, source, key)
+        return CodeTask(cfg.name, train=train, validation=validation, reward=CodeReward(sandbox))
     return build_task(cfg, tokenizer)
 
 

@@ -170,7 +170,7 @@ def check_files(cfg: Any) -> None:
             stat = path.stat()
             task = cfg.task
             rows[key] = check_task_file(str(path.resolve()), stat.st_mtime_ns, stat.st_size, key,
-                                        (task.prompt_key, task.answer_key, task.part_key))
+                                        (task.prompt_key, task.answer_key, task.part_key), task.name)
     if "task.train_path" in rows:
         check_split_sizes(cfg, rows["task.train_path"], rows.get("task.validation_path"))
 
@@ -191,7 +191,7 @@ def check_mixture_task(cfg: Any) -> None:
                               "prompt/answer rows, or a datasets directory")
         task, stat = tasks[key.rsplit(".", 1)[0]], Path(value).stat()
         check_task_file(str(Path(value).resolve()), stat.st_mtime_ns, stat.st_size, key,
-                        (task.prompt_key, task.answer_key, task.part_key))
+                        (task.prompt_key, task.answer_key, task.part_key), task.name)
     try:
         check_mixture(cfg)
     except TaskFileError as error:
@@ -245,15 +245,17 @@ def check_sharding_machine(cfg: Any) -> None:
 
 
 @functools.lru_cache(maxsize=64)
-def check_task_file(path: str, mtime_ns: int, size: int, key: str, fields: tuple[str, str, str]) -> int:
-    """Every row has a prompt (text or chat messages) and a text or numeric answer under the task's keys, the
-    rules the task's loader applies (recipe.task_files.read_task_file); returns the rows (cached per file
+def check_task_file(path: str, mtime_ns: int, size: int, key: str, fields: tuple[str, str, str],
+                    task_name: str = "file") -> int:
+    """Every row has a prompt (text or chat messages) and a text or numeric answer under the task's keys (a code
+    file's row: tests in a form recipe.code_reward reads), the rules the task's loader applies
+    (recipe.task_files.read_rows_of); returns the rows (cached per file
     version and keys: a plan checks each job's recipe, and they share their files). Nothing of the file is
     echoed. (A directory's mtime and size do not follow its files: a datasets directory is read once a plan.)"""
-    from recipe.task_files import TaskFileError, TaskKeys, read_task_file
+    from recipe.task_files import TaskFileError, TaskKeys, read_rows_of
 
     try:
-        rows = read_task_file(path, TaskKeys(*fields))
+        rows = read_rows_of(task_name)(path, TaskKeys(*fields))
     except TaskFileError as error:
         raise ConfigError(f"{key}: {error}") from None
     if not rows:

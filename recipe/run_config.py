@@ -12,9 +12,9 @@ from typing import Any, Dict, Optional, Tuple
 
 MODEL_DTYPES = ("float32", "bfloat16", "float16")  # ModelConfig.dtype's values (recipe.model.DTYPES)
 SHARDINGS = ("none", "fsdp", "zero3")  # EngineConfig.sharding's names (launch.SHARDING_FLAGS), or a file path
-TASK_NAMES = ("embedded", "file", "jsonl", "word_problems", "embedded_code", "code_problems")
-CODE_TASKS = ("embedded_code", "code_problems")  # the task names whose rewards run programs (recipe.mixture)
-FILE_TASKS = ("file", "jsonl")  # the task names that read task.train_path (recipe.task_files)
+TASK_NAMES = ("embedded", "file", "jsonl", "word_problems", "embedded_code", "code_problems", "code_file")
+CODE_TASKS = ("embedded_code", "code_problems", "code_file")  # the tasks whose rewards run programs (recipe.mixture)
+FILE_TASKS = ("file", "jsonl", "code_file")  # the task names that read task.train_path (recipe.task_files)
 GENERATORS = ("torch", "vllm")  # RolloutConfig.generator's values (recipe.run.build_generator)
 
 

@@ -182,6 +182,42 @@ def read_task_file(path: str | Path, keys: TaskKeys = TaskKeys(), split: str = "
     return rows
 
 
+def read_code_file(path: str | Path, keys: TaskKeys = TaskKeys(), split: str = "train") -> list[TaskRow]:
+    """Every record of a code task file as a TaskRow whose answer is its tests (recipe.code_reward.encode_tests of
+    read_row_tests: DeepCoder's, TACO's, LiveCodeBench's and MBPP's forms); TaskFileError at the first bad one,
+    naming the file, row and field, never the content. The tests are parsed here, never run."""
+    from recipe.code_reward import CodeTestsError, encode_tests, read_row_tests
+
+    path = Path(path)
+    rows = []
+    for place, record in raw_records(path, split):
+        where = f"{path} {place}"
+        try:
+            prompt = field(record, keys.prompt)
+        except KeyError:
+            raise TaskFileError(f"{where}: no {keys.prompt!r} field; set task.prompt_key to the field holding the "
+                                "problem (DeepCoder: problem)") from None
+        try:
+            tests = read_row_tests(record)
+        except CodeTestsError as error:
+            raise TaskFileError(f"{where}: {error}") from None
+        if not tests:
+            raise TaskFileError(f"{where}: no tests; a program is scored by running its row's tests")
+        part = None
+        if keys.part:
+            try:
+                part = str(field(record, keys.part))
+            except KeyError:
+                raise TaskFileError(f"{where}: no {keys.part!r} field (task.part_key)") from None
+        rows.append(TaskRow(prompt_of(prompt, where, keys.prompt), encode_tests(tests), part))
+    return rows
+
+
+def read_rows_of(task_name: str):
+    """The reader of a file task's rows: read_code_file for task.name code_file, else read_task_file."""
+    return read_code_file if task_name == "code_file" else read_task_file
+
+
 def render_prompt(prompt: str | tuple[dict, ...], tokenizer, system_prompt: str = "") -> str:
     """The prompt as the model reads it: its chat template's turns + generation prompt (a system turn first when
     system_prompt is given and the messages have none); without a template, the messages' contents in order."""

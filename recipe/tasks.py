@@ -201,12 +201,20 @@ def build_math_task(cfg, tokenizer, source: str = "", key: str = "task") -> Math
     """cfg: run_config.TaskConfig of a file task. Train pool from task.train_path; validation from
     task.validation_path or a held-out slice of the train rows (recipe.task_files reads any of its formats).
     source: keep only the rows whose task.part_key field equals it (a mixture's part; `key` names it)."""
-    from recipe.task_files import TaskKeys, read_task_file, render_prompt
+    from recipe.task_files import read_task_file
+
+    train, validation = file_problems(cfg, tokenizer, read_task_file, source, key)
+    return MathTask(cfg.name, train=train, validation=validation)
+
+
+def file_problems(cfg, tokenizer, read_rows, source: str = "", key: str = "task") -> tuple[list, list]:
+    """(train, validation) Problems of a file task, its rows read by read_rows(path, keys) (recipe.task_files)."""
+    from recipe.task_files import TaskKeys, render_prompt
 
     keys = TaskKeys(prompt=cfg.prompt_key, answer=cfg.answer_key, part=cfg.part_key)
 
     def rows_of(path: str) -> list:
-        rows = read_task_file(path, keys)
+        rows = read_rows(path, keys)
         rows = [row for row in rows if row.part == source] if source else rows
         if source and not rows:
             raise ValueError(f"{key}.source: no row of {path} has {cfg.part_key} {source!r}; give a value the "
@@ -223,7 +231,7 @@ def build_math_task(cfg, tokenizer, source: str = "", key: str = "task") -> Math
     def convert(rows) -> list[Problem]:
         return [Problem(render_prompt(r.prompt, tokenizer, cfg.system_prompt), r.answer) for r in rows]
 
-    return MathTask(cfg.name, train=convert(train_rows), validation=convert(validation_rows))
+    return convert(train_rows), convert(validation_rows)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -322,6 +330,9 @@ def build_task(cfg, tokenizer) -> Task:
     if cfg.name == "embedded":
         return build_addition_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
                                    cfg.data_seed)
+    if cfg.name in CODE_TASKS:
+        raise ValueError(f"task.name {cfg.name!r}: a code task runs programs in a sandbox; build it with "
+                         "recipe.mixture.build_any_task")
     if cfg.name in FILE_TASKS:
         if not cfg.train_path:
             raise ValueError(f"task.train_path: required when task.name is {cfg.name!r} (a task file of prompt/answer "
@@ -330,7 +341,4 @@ def build_task(cfg, tokenizer) -> Task:
     if cfg.name == "word_problems":
         return build_word_problem_task(cfg.train_size, cfg.validation_size, cfg.min_digits, cfg.max_digits,
                                        cfg.data_seed, tokenizer)
-    if cfg.name in CODE_TASKS:
-        raise ValueError(f"task.name {cfg.name!r}: a code task runs programs in a sandbox; build it with "
-                         "recipe.mixture.build_any_task")
     raise ValueError(f"task.name: got {cfg.name!r}, expected one of {', '.join(TASK_NAMES)}")

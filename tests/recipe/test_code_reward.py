@@ -128,3 +128,36 @@ def test_a_mixtures_code_part_runs_its_rows_in_one_sandbox_batch(sandbox):
     assert task.check_all(responses, answers, parts) == [True, True, False, False, False]
     assert CountingReward.batches == [3]
     assert task.check_part(responses[0], tests, "code") and CountingReward.batches == [3, 1]
+
+
+def test_a_code_file_part_reads_deepcoder_rows_and_runs_their_tests(sandbox, tmp_path):
+    """task.name code_file: DeepCoder-style rows (a problem and its stdin/stdout tests) as a mixture's part,
+    checked at plan time (a row without tests is named by file and line, never quoted) and scored in the
+    sandbox."""
+    from recipe.code_reward import JobSandbox
+    from recipe.config import ConfigError, load_recipe
+    from recipe.mixture import build_mixture_task
+    from recipe.preflight import check_mixture_task
+
+    rows = [{"problem": f"Print the input times {k}.", "tests": [{"input": "3\n", "output": f"{3 * k}\n",
+                                                                   "type": "stdin_stdout"}]} for k in range(2, 14)]
+    path = tmp_path / "deepcoder.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    part = f"task.parts={{sums: {{}}, code: {{name: code_file, train_path: '{path}', prompt_key: problem, " \
+           "validation_size: 4}}"
+    cfg = load_recipe(None, [part, "eval.num_prompts=4"])
+    check_mixture_task(cfg)
+    pool = JobSandbox(tmp_path / "run", workers=2)
+    (tmp_path / "run").mkdir()
+    task = build_mixture_task(cfg.task, tokenizer=None, sandbox=pool)
+    code = [p for p in task.train if p.part == "code"]
+    assert len(code) == 8 and sum(s.name == "code" for s in task.evaluation_sets) == 1
+    k = int(code[0].prompt.split("times ")[1].rstrip("."))
+    responses = [f"```python\nprint(int(input()) * {k})\n```", "```python\nprint(0)\n```"]
+    assert task.check_all(responses, [code[0].answer] * 2, ["code", "code"]) == [True, False]
+    assert json.loads((tmp_path / "run" / "sandbox.json").read_text())["workers"] == 2
+
+    path.write_text(path.read_text() + json.dumps({"problem": "secret words"}) + "\n")
+    with pytest.raises(ConfigError, match=r"deepcoder.jsonl line 13: row: no tests") as caught:
+        check_mixture_task(load_recipe(None, [part, "eval.num_prompts=4"]))
+    assert "secret" not in str(caught.value)
