@@ -163,31 +163,31 @@ def answer_of(record: dict, keys: TaskKeys, where: str) -> str:
 
 def read_task_file(path: str | Path, keys: TaskKeys = TaskKeys(), split: str = "train") -> list[TaskRow]:
     """Every record of the file as a TaskRow; TaskFileError at the first bad one (file, row, key)."""
-    path = Path(path)
-    rows = []
-    for place, record in raw_records(path, split):
-        where = f"{path} {place}"
-        try:
-            prompt = field(record, keys.prompt)
-        except KeyError:
-            raise TaskFileError(f"{where}: no {keys.prompt!r} field; set task.prompt_key to the field holding the "
-                                "problem (Polaris and DeepScaleR: problem)") from None
-        part = None
-        if keys.part:
-            try:
-                part = str(field(record, keys.part))
-            except KeyError:
-                raise TaskFileError(f"{where}: no {keys.part!r} field (task.part_key)") from None
-        rows.append(TaskRow(prompt_of(prompt, where, keys.prompt), answer_of(record, keys, where), part))
-    return rows
+    return read_rows(path, keys, split, answer_of)
 
 
 def read_code_file(path: str | Path, keys: TaskKeys = TaskKeys(), split: str = "train") -> list[TaskRow]:
     """Every record of a code task file as a TaskRow whose answer is its tests (recipe.code_reward.encode_tests of
     read_row_tests: DeepCoder's, TACO's, LiveCodeBench's and MBPP's forms); TaskFileError at the first bad one,
     naming the file, row and field, never the content. The tests are parsed here, never run."""
+    return read_rows(path, keys, split, tests_of)
+
+
+def tests_of(record: dict, keys: TaskKeys, where: str) -> str:
+    """A code row's tests as Problem.answer text (recipe.code_reward.encode_tests)."""
     from recipe.code_reward import CodeTestsError, encode_tests, read_row_tests
 
+    try:
+        tests = read_row_tests(record)
+    except CodeTestsError as error:
+        raise TaskFileError(f"{where}: {error}") from None
+    if not tests:
+        raise TaskFileError(f"{where}: no tests; a program is scored by running its row's tests")
+    return encode_tests(tests)
+
+
+def read_rows(path: str | Path, keys: TaskKeys, split: str, answer) -> list[TaskRow]:
+    """Every record as a TaskRow: its prompt and part under `keys`, its answer answer(record, keys, where)."""
     path = Path(path)
     rows = []
     for place, record in raw_records(path, split):
@@ -196,20 +196,14 @@ def read_code_file(path: str | Path, keys: TaskKeys = TaskKeys(), split: str = "
             prompt = field(record, keys.prompt)
         except KeyError:
             raise TaskFileError(f"{where}: no {keys.prompt!r} field; set task.prompt_key to the field holding the "
-                                "problem (DeepCoder: problem)") from None
-        try:
-            tests = read_row_tests(record)
-        except CodeTestsError as error:
-            raise TaskFileError(f"{where}: {error}") from None
-        if not tests:
-            raise TaskFileError(f"{where}: no tests; a program is scored by running its row's tests")
+                                "problem (Polaris, DeepScaleR and DeepCoder: problem)") from None
         part = None
         if keys.part:
             try:
                 part = str(field(record, keys.part))
             except KeyError:
                 raise TaskFileError(f"{where}: no {keys.part!r} field (task.part_key)") from None
-        rows.append(TaskRow(prompt_of(prompt, where, keys.prompt), encode_tests(tests), part))
+        rows.append(TaskRow(prompt_of(prompt, where, keys.prompt), answer(record, keys, where), part))
     return rows
 
 
