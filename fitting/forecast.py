@@ -58,8 +58,8 @@ class Forecast:
 
     @property
     def interval(self) -> tuple[float, float]:
-        """centre +- radius, clipped to pass rates [0, 1]."""
-        return max(0.0, self.centre - self.radius), min(1.0, self.centre + self.radius)
+        """centre +- radius, each end clipped to pass rates [0, 1] (a centre past 1 by more than the radius: (1, 1))."""
+        return (min(1.0, max(0.0, self.centre - self.radius)), max(0.0, min(1.0, self.centre + self.radius)))
 
     def covers(self, observed: float) -> bool:
         return self.interval[0] <= observed <= self.interval[1]

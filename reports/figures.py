@@ -130,8 +130,9 @@ def _draw_backtests(ax, backtests, forecast, colour: str, start: float) -> None:
         grid = np.geomspace(start, test.scored_at, 60)
         ax.plot(grid, test.fit.predict(grid), color=colour, lw=0.8, alpha=0.45, ls=(0, (1, 1)), zorder=3)
         ax.scatter([test.scored_at], [test.predicted], s=14, marker="x", color=colour, alpha=0.6, zorder=3)
-    low, high = forecast.interval
-    ax.errorbar([forecast.target], [forecast.centre], yerr=[[forecast.centre - low], [high - forecast.centre]],
+    low, high = forecast.interval  # clipped to [0, 1], so the centre (prediction - bias) may lie outside it
+    middle = (low + high) / 2
+    ax.errorbar([forecast.target], [middle], yerr=[[middle - low], [high - middle]],
                 color=colour, lw=1.2, capsize=3, fmt="none", zorder=5)
 
 

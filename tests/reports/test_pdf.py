@@ -228,3 +228,18 @@ def test_a_long_sweep_still_fits_its_title_page(sweep_fits, monkeypatch, variant
     else:
         assert 5 < len(sentences) < 30 and f"{30 - len(sentences)} more variants: the table" in page
     plt.close(fig)
+
+
+def test_an_interval_clipped_at_a_pass_rate_of_1_draws_as_a_bar_from_its_ends():
+    """A bias larger than the headroom puts the centre (prediction - bias) above 1, where the interval is clipped:
+    the bar spans the interval itself (it once asked matplotlib for a negative error and the report failed)."""
+    from fitting.forecast import Forecast
+    from reports.figures import _draw_backtests
+
+    forecast = Forecast(target=10.0, predicted=0.95, scale=0.01, radius=0.1, level=0.9, regime=(), bias=-0.16)
+    assert forecast.centre > 1.0 and forecast.interval == (1.0, 1.0)  # centre 1.11 +- 0.1, clipped
+    fig, ax = plt.subplots()
+    _draw_backtests(ax, [], forecast, "C0", start=1.0)
+    segments = [s for c in ax.collections for s in c.get_segments()]
+    assert segments and np.allclose([segments[0][0][1], segments[0][1][1]], sorted(forecast.interval))
+    plt.close(fig)
