@@ -20,7 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from recipe.code_problems import FAMILIES, build_code_problem_task, family_of
-from recipe.code_reward import CodeReward, decode_tests, extract_program
+from recipe.code_reward import CodeReward, extract_program
+from recipe.code_tests import decode_tests
 from recipe.pretrained import pretrained_dir
 from recipe.sandbox import Sandbox
 

@@ -9,7 +9,7 @@ Ten families of one-line tasks (arithmetic on a line of integers, string reversa
 that SmolLM2-135M-Instruct solves some of the time in its own chat format (benchmarks/bench_code_problems.py
 measures the step-0 pass rate). A problem is a family with its own example (shown in the prompt) and five
 hidden tests drawn from the seeded generator (never the example: a program that prints the example's output
-fails). Problem.answer holds the tests (recipe.code_reward.encode_tests); the reward is
+fails). Problem.answer holds the tests (recipe.code_tests.encode_tests); the reward is
 recipe.code_reward.CodeReward. `task.name: code_problems` (or a part's name) trains on them.
 """
 
@@ -19,7 +19,8 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from recipe.code_reward import CodeReward, CodeTask, encode_tests
+from recipe.code_reward import CodeReward, CodeTask
+from recipe.code_tests import encode_tests
 from recipe.sandbox import StdioTest
 from recipe.tasks import Problem
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import functools
 import random
 
-from recipe.code_reward import CodeReward, CodeTask, encode_tests
+from recipe.code_reward import CodeReward, CodeTask
+from recipe.code_tests import encode_tests
 from recipe.sandbox import StdioTest
 from recipe.tasks import THINK_OPEN, Problem, final_answer
 

@@ -248,7 +248,7 @@ def check_sharding_machine(cfg: Any) -> None:
 def check_task_file(path: str, mtime_ns: int, size: int, key: str, fields: tuple[str, str, str],
                     task_name: str = "file") -> int:
     """Every row has a prompt (text or chat messages) and a text or numeric answer under the task's keys (a code
-    file's row: tests in a form recipe.code_reward reads), the rules the task's loader applies
+    file's row: tests in a form recipe.code_tests reads), the rules the task's loader applies
     (recipe.task_files.read_rows_of); returns the rows (cached per file
     version and keys: a plan checks each job's recipe, and they share their files). Nothing of the file is
     echoed. (A directory's mtime and size do not follow its files: a datasets directory is read once a plan.)"""

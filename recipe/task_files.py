@@ -20,6 +20,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipe.code_tests import CodeTestsError, encode_tests, read_row_tests
+
 ANSWER_KEYS = ("answer", "reward_model.ground_truth", "solution")  # the default answer key's search order
 DATASET_MARKERS = ("dataset_info.json", "state.json", "dataset_dict.json")  # what save_to_disk writes
 CHAT_ROLES = ("system", "user", "assistant")
@@ -167,16 +169,14 @@ def read_task_file(path: str | Path, keys: TaskKeys = TaskKeys(), split: str = "
 
 
 def read_code_file(path: str | Path, keys: TaskKeys = TaskKeys(), split: str = "train") -> list[TaskRow]:
-    """Every record of a code task file as a TaskRow whose answer is its tests (recipe.code_reward.encode_tests of
+    """Every record of a code task file as a TaskRow whose answer is its tests (recipe.code_tests.encode_tests of
     read_row_tests: DeepCoder's, TACO's, LiveCodeBench's and MBPP's forms); TaskFileError at the first bad one,
     naming the file, row and field, never the content. The tests are parsed here, never run."""
     return read_rows(path, keys, split, tests_of)
 
 
 def tests_of(record: dict, keys: TaskKeys, where: str) -> str:
-    """A code row's tests as Problem.answer text (recipe.code_reward.encode_tests)."""
-    from recipe.code_reward import CodeTestsError, encode_tests, read_row_tests
-
+    """A code row's tests as Problem.answer text (recipe.code_tests.encode_tests)."""
     try:
         tests = read_row_tests(record)
     except CodeTestsError as error:

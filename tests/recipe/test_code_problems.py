@@ -7,7 +7,8 @@ import random
 import pytest
 
 from recipe.code_problems import FAMILIES, build_code_problem_task, code_problem, family_of
-from recipe.code_reward import CodeReward, decode_tests
+from recipe.code_reward import CodeReward
+from recipe.code_tests import decode_tests
 from recipe.sandbox import Limits, Sandbox
 
 REFERENCE = {  # a correct program per family, the kind of answer the model is asked for

@@ -1,4 +1,5 @@
-"""recipe/code_reward: program extraction, the dataset test forms, assert parsing, and the reward over a sandbox."""
+"""recipe/code_reward and recipe/code_tests: program extraction, the dataset test forms, assert parsing, and the
+reward over a sandbox."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import json
 
 import pytest
 
-from recipe.code_reward import (CodeReward, CodeTask, CodeTestsError, decode_tests, encode_tests, extract_program,
-                                parse_asserts, read_row_tests)
+from recipe.code_reward import CodeReward, CodeTask, extract_program
+from recipe.code_tests import CodeTestsError, decode_tests, encode_tests, parse_asserts, read_row_tests
 from recipe.sandbox import CallTest, Limits, Sandbox, StdioTest
 from recipe.tasks import Problem
 
